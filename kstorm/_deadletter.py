@@ -1,0 +1,73 @@
+"""Where records that could not be processed go: a Kafka topic, with the reason in headers.
+
+Every dead letter is also counted in the topology's progress and kept (up to a bound) on
+the handle, so nothing is dropped silently. Fields of a dead-letter record are
+``kstorm._executor.DEAD_LETTER_FIELDS``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Sequence
+from typing import Any
+
+from kstorm._executor import DEAD_LETTER_FIELDS
+
+log = logging.getLogger("kstorm.dead_letter")
+
+
+def as_record(values: Sequence[Any]) -> dict[str, Any]:
+    """A dead-letter row as a dict keyed by ``DEAD_LETTER_FIELDS``."""
+    return dict(zip(DEAD_LETTER_FIELDS, values, strict=True))
+
+
+class DeadLetterWriter:
+    """Writes dead letters to ``topic`` (when a broker is configured) and keeps the last few."""
+
+    def __init__(self, topology: str, bootstrap_servers: str | None, topic: str | None,
+                 keep: int = 10_000) -> None:
+        self.topology = topology
+        self.bootstrap_servers = bootstrap_servers
+        self.topic = topic
+        self.recent: deque[dict[str, Any]] = deque(maxlen=keep)
+        self.count = 0
+        self._producer: Any = None
+
+    def write(self, batch_id: int, records: list[dict[str, Any]]) -> None:
+        """Record and publish one batch's dead letters (flushes before returning)."""
+        if not records:
+            return
+        self.count += len(records)
+        self.recent.extend(records)
+        for r in records[:3]:
+            log.warning("dead letter from %s (%s:%s@%s): %s: %s", r["component"], r["topic"],
+                        r["partition"], r["offset"], r["error_type"],
+                        str(r["message"]).splitlines()[0][:300])
+        if self.bootstrap_servers is None or self.topic is None:
+            return
+        producer = self._get_producer()
+        for r in records:
+            headers = [(k, str(r[k]).encode()) for k in
+                       ("component", "stream", "error_type", "topic", "partition", "offset")
+                       if r[k] is not None]
+            headers += [("message", str(r["message"]).encode()[:16_384]),
+                        ("topology", self.topology.encode()),
+                        ("batch_id", str(batch_id).encode())]
+            value = r["raw"] if r["raw"] is not None else str(r["values"]).encode()
+            producer.produce(self.topic, value=value, headers=headers)
+            producer.poll(0)
+        remaining = producer.flush(30)
+        if remaining:
+            from kstorm.errors import SinkError
+
+            raise SinkError(f"could not deliver {remaining} dead letters to {self.topic!r} "
+                            f"at {self.bootstrap_servers} within 30 s")
+
+    def _get_producer(self) -> Any:
+        if self._producer is None:
+            from confluent_kafka import Producer
+
+            self._producer = Producer({"bootstrap.servers": self.bootstrap_servers,
+                                       "enable.idempotence": True, "linger.ms": 5})
+        return self._producer

@@ -1,0 +1,246 @@
+"""Run the bolts of one stage over one task's tuples: Storm's executor, minus the threads.
+
+Pure Python (no Spark): the Spark layer (``kstorm/_spark/stage.py``) turns Arrow batches into
+``(task, Tuple)`` pairs, calls :meth:`StageExecutor.process`, and packs what comes back into
+envelope rows. A tuple emitted to a bolt fused into the same stage is executed at once,
+depth first; a tuple for another stage, a sink or the dead-letter path becomes an
+:class:`Outgoing` record.
+
+A bolt instance lives for one batch of one task (one Storm transaction): it is created and
+prepared on the task's first tuple and ``finish_batch`` / ``cleanup`` run after its last.
+"""
+
+from __future__ import annotations
+
+import copy
+import pickle
+import traceback
+import zlib
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from kstorm._ids import DEAD_LETTER_STREAM
+from kstorm._plan import DRIVER, Plan, task_for
+from kstorm.bolt import (
+    BaseBasicBolt,
+    BaseRichBolt,
+    BaseStatefulBolt,
+    BasicOutputCollector,
+    OutputCollector,
+    run_basic,
+)
+from kstorm.component import TopologyContext
+from kstorm.errors import FailedException, TopologyError
+from kstorm.state import KeyValueState
+from kstorm.topology import StormTopology
+from kstorm.tuple import Fields, Tuple
+
+CAPTURE_DEST = "__capture"  # every emitted tuple, when kstorm.capture.emitted is set (testing)
+DEAD_LETTER_FIELDS = Fields("component", "stream", "error_type", "message", "values",
+                            "topic", "partition", "offset", "raw")
+
+
+class Outgoing(NamedTuple):
+    """A tuple leaving the stage: for bolt/sink ``dest`` (task ``task``)."""
+
+    dest: str
+    task: int
+    src: str
+    stream: str
+    values: bytes
+    meta: bytes | None
+
+
+def stable_hash(values: Sequence[Any]) -> int:
+    """A hash of field values that is the same in every process (unlike ``hash()``)."""
+    return zlib.crc32(pickle.dumps(tuple(values), protocol=5))
+
+
+def dumps(values: Sequence[Any]) -> bytes:
+    """Serialize tuple values for an envelope row."""
+    return pickle.dumps(list(values), protocol=5)
+
+
+loads = pickle.loads
+
+
+@dataclass
+class _Task:
+    bolt: Any
+    collector: OutputCollector
+    basic: BasicOutputCollector | None
+    context: TopologyContext
+
+
+class StageExecutor:
+    """Executes one stage's fused bolts for one Spark partition of one batch."""
+
+    def __init__(self, topology: StormTopology, plan: Plan, stage_index: int, *,
+                 topology_name: str, conf: dict[str, Any], batch_id: int, partition: int,
+                 state_for: Callable[[str, int], KeyValueState] | None = None,
+                 on_bolt_error: str | None = None) -> None:
+        self.topology = topology
+        self.plan = plan
+        self.stage = plan.stages[stage_index]
+        self.topology_name = topology_name
+        self.conf = conf
+        self.batch_id = batch_id
+        self.partition = partition
+        self._state_for = state_for
+        self._on_bolt_error = on_bolt_error or conf.get("kstorm.bolt.error.policy",
+                                                        "dead-letter")
+        self._capture = bool(conf.get("kstorm.capture.emitted"))
+        self._tasks: dict[tuple[str, int], _Task] = {}
+        self._out: list[Outgoing] = []
+        self.counters: Counter[str] = Counter()
+        members = self.stage.bolts or [self.stage.head]
+        self._routes = {c: self._routes_of(c) for c in members}
+
+    # ---- routing -------------------------------------------------------------------
+    def _routes_of(self, component: str) -> dict[str, list[tuple[str, Any, bool, Fields | None]]]:
+        """stream -> [(consumer, grouping, fused?, grouping fields)]."""
+        routes: dict[str, list[tuple[str, Any, bool, Fields | None]]] = {}
+        for stream in self.topology.components[component].streams:
+            for consumer, grouping in self.topology.consumers(component, stream):
+                where = self.plan.stage_of[consumer]
+                if where != DRIVER and self.plan.stages[where].raw_spout == component:
+                    continue  # that stage reads this spout's raw rows itself
+                fused = where == self.stage.index
+                routes.setdefault(stream, []).append((consumer, grouping, fused, grouping.fields))
+        return routes
+
+    def _emit(self, component: str, task: int, stream: str, values: list[Any],
+              anchors: Sequence[Tuple]) -> None:
+        spec = self.topology.components[component]
+        fields = spec.streams.get(stream)
+        if fields is None:
+            raise TopologyError(f"bolt {component!r} emitted on undeclared stream {stream!r}; "
+                                f"it declares {sorted(spec.streams)}")
+        if len(values) != len(fields):
+            raise TopologyError(f"bolt {component!r} emitted {len(values)} values on stream "
+                                f"{stream!r}, which declares {len(fields)} fields "
+                                f"{fields.to_list()}: {values!r}")
+        self.counters[f"{component}.emitted"] += 1
+        packed: bytes | None = None
+        if self._capture:
+            packed = dumps(values)
+            self._out.append(Outgoing(CAPTURE_DEST, 0, component, stream, packed, None))
+        meta = _meta_of(anchors)
+        for consumer, grouping, fused, gfields in self._routes[component].get(stream, ()):
+            par = self.topology.components[consumer].parallelism
+            h = stable_hash([values[fields.index(f)] for f in gfields]) if gfields else None
+            targets = task_for(grouping, par, h, self.partition if fused else task)
+            if fused:
+                tup = Tuple(values, fields, component, stream, source_task=task)
+                tup._ids = meta
+                for t in targets:
+                    self._deliver(consumer, t, tup)
+            else:
+                packed = packed if packed is not None else dumps(values)
+                self._out.extend(Outgoing(consumer, t, component, stream, packed, meta)
+                                 for t in targets)
+
+    # ---- execution -----------------------------------------------------------------
+    def _task(self, component: str, task: int) -> _Task:
+        key = (component, task)
+        found = self._tasks.get(key)
+        if found is not None:
+            return found
+        spec = self.topology.components[component]
+        bolt = copy.deepcopy(spec.component)
+        context = TopologyContext(self.topology_name, component, task, spec.parallelism,
+                                  self.batch_id, dict(spec.streams))
+        collector = OutputCollector(
+            lambda stream, values, anchors: self._emit(component, task, stream, values, anchors),
+            lambda t: self.counters.update([f"{component}.acked"]),
+            lambda t: self.counters.update([f"{component}.failed"]),
+        )
+        conf = {**self.conf, **spec.conf}
+        basic = None
+        if isinstance(bolt, BaseBasicBolt):
+            basic = BasicOutputCollector(collector)
+            bolt.prepare(conf, context)
+        elif isinstance(bolt, BaseRichBolt):
+            bolt.prepare(conf, context, collector)
+        else:
+            raise TopologyError(f"bolt {component!r} is a {type(bolt).__name__}: expected a "
+                                "BaseRichBolt, BaseBasicBolt or BaseStatefulBolt")
+        if isinstance(bolt, BaseStatefulBolt):
+            if self._state_for is None:
+                raise TopologyError(f"stateful bolt {component!r} has no state provider")
+            bolt.init_state(self._state_for(component, task))
+        found = _Task(bolt, collector, basic, context)
+        self._tasks[key] = found
+        return found
+
+    def _deliver(self, component: str, task: int, tup: Tuple) -> None:
+        t = self._task(component, task)
+        self.counters[f"{component}.executed"] += 1
+        try:
+            if t.basic is not None:
+                run_basic(t.bolt, t.basic, t.collector, tup)
+            else:
+                t.bolt.execute(tup)
+        except (TopologyError, FailedException):
+            raise
+        except Exception as exc:
+            if self._on_bolt_error == "fail":
+                raise
+            self._dead_letter(component, tup, exc)
+
+    def _dead_letter(self, component: str, tup: Tuple, exc: BaseException) -> None:
+        self.counters[f"{component}.dead_lettered"] += 1
+        where = tup.message_id if isinstance(tup.message_id, tuple) else (None, None, None)
+        topic, part, offset = (list(where) + [None, None, None])[:3]
+        values = [component, tup.source_stream, type(exc).__name__,
+                  f"{exc}\n{traceback.format_exc(limit=5)}", repr(tup.values)[:10_000],
+                  topic, part, offset, None]
+        self._out.append(Outgoing(DEAD_LETTER_STREAM, 0, component, tup.source_stream,
+                                  dumps(values), None))
+
+    def dead_letter_record(self, component: str, values: list[Any]) -> None:
+        """Send a record that never became a tuple (e.g. undecodable bytes) to dead letters."""
+        self.counters[f"{component}.dead_lettered"] += 1
+        self._out.append(Outgoing(DEAD_LETTER_STREAM, 0, component, "default",
+                                  dumps(values), None))
+
+    def process(self, tuples: Iterable[tuple[int, Tuple]]) -> Iterator[Outgoing]:
+        """Execute the stage's head bolt on ``(task, tuple)`` pairs; yields what leaves."""
+        head = self.stage.head
+        source = self.stage.is_source
+        for task, tup in tuples:
+            if source:  # a spout's raw rows becoming envelope rows for sinks / joins
+                self._emit(head, task, "default", tup.values, (tup,))
+            else:
+                self._deliver(head, task, tup)
+            if len(self._out) >= 4096:
+                yield from self._drain()
+        yield from self._drain()
+
+    def finish(self) -> Iterator[Outgoing]:
+        """End of the batch for this partition: ``finish_batch`` then ``cleanup``, upstream first."""
+        for component in self.stage.bolts:
+            for (c, _), t in list(self._tasks.items()):
+                if c != component:
+                    continue
+                if t.basic is not None:
+                    t.basic.input = None
+                    t.bolt.finish_batch(t.basic)
+                else:
+                    t.bolt.finish_batch()
+                yield from self._drain()
+        for t in self._tasks.values():
+            t.bolt.cleanup()
+        yield from self._drain()
+
+    def _drain(self) -> Iterator[Outgoing]:
+        out, self._out = self._out, []
+        return iter(out)
+
+
+def _meta_of(anchors: Sequence[Tuple]) -> bytes | None:
+    """Anchor bookkeeping carried with an emitted tuple (reliability; None when untracked)."""
+    ids = [a._ids for a in anchors if a._ids is not None]
+    return pickle.dumps(ids, protocol=5) if ids else None

@@ -1,0 +1,177 @@
+"""Compile a :class:`StormTopology` into stages: the plan the Spark runtime executes.
+
+Pure Python: no Spark here, so the plan can be tested without a JVM.
+
+A *stage* is one Python operator over Arrow batches inside a Spark task. Bolts fuse into
+their upstream's stage when nothing needs to move between tasks (shuffle, local-or-shuffle
+and none groupings keep a tuple in the partition it arrived in). A new stage starts where
+Storm would move tuples between tasks or keep task state:
+
+- a fields grouping: ``__task = hash(fields) mod parallelism`` then a hash partitioning on
+  ``__task`` (on raw spout columns the hash is Spark's own ``xxhash64`` over the fields);
+- a global grouping: ``__task = 0``, one partition;
+- an all grouping: one copy of each tuple per task (``__task`` = 0..n-1);
+- a stateful bolt: a ``transformWithStateInPandas`` operator grouped by ``__task``, so each
+  task's :class:`KeyValueState` lives in Spark's state store, versioned by batch id;
+- a bolt with several inputs: the union of its inputs.
+
+Each stage's input is either the *raw* rows of one spout (typed Arrow columns) or
+*envelope* rows (``ENVELOPE_FIELDS``): the tuple's destination stage and task, its source
+component and stream, and its values pickled into one binary column.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from kstorm.bolt import BaseStatefulBolt
+from kstorm.grouping import Grouping, GroupingKind
+from kstorm.topology import StormTopology
+
+ENVELOPE_FIELDS = ("__dest", "__task", "__src", "__stream", "__vals", "__meta")
+DRIVER = -1  # ``__dest`` of tuples delivered to the driver (sinks and captures)
+
+
+class PartitionKind(enum.Enum):
+    """How a stage's input rows are spread over Spark partitions."""
+
+    KEEP = "keep"        # stay where they are (fused shuffle / spout partitions)
+    HASH = "hash"        # hash partitioning on __task (fields grouping)
+    SINGLE = "single"    # one partition (global grouping)
+    BROADCAST = "broadcast"  # one copy per task (all grouping)
+
+
+@dataclass(frozen=True)
+class Partitioning:
+    """The partitioning a stage's input needs."""
+
+    kind: PartitionKind
+    tasks: int = 1
+    fields: tuple[str, ...] = ()
+
+
+@dataclass
+class Stage:
+    """One Python operator in the Spark plan."""
+
+    index: int
+    head: str                          # the first bolt (or the spout of a source stage)
+    bolts: list[str] = field(default_factory=list)  # fused bolts, upstream first
+    inputs: list[tuple[Grouping, int]] = field(default_factory=list)  # (grouping, from stage)
+    partitioning: Partitioning = Partitioning(PartitionKind.KEEP)
+    stateful: bool = False
+    raw_spout: str | None = None       # input is the raw rows of this spout
+
+    @property
+    def is_source(self) -> bool:
+        """Whether this stage is a spout's raw rows (no Python runs in it)."""
+        return not self.bolts
+
+
+@dataclass
+class Plan:
+    """Stages in dependency order, and where each component runs."""
+
+    stages: list[Stage]
+    stage_of: dict[str, int]
+    sinks: list[str] = field(default_factory=list)  # components run on the driver at commit
+
+    def stage(self, component: str) -> Stage:
+        """The stage a component runs in."""
+        return self.stages[self.stage_of[component]]
+
+    def consumers_of_stage(self, index: int) -> list[int]:
+        """Stages reading ``index``'s output."""
+        return [s.index for s in self.stages if any(src == index for _, src in s.inputs)]
+
+
+def compile_plan(topology: StormTopology) -> Plan:
+    """Group the topology's components into stages (see the module docstring)."""
+    stages: list[Stage] = []
+    stage_of: dict[str, int] = {}
+    sinks: list[str] = []
+    for spec in topology.spouts():
+        stage = Stage(index=len(stages), head=spec.id, raw_spout=spec.id)
+        stages.append(stage)
+        stage_of[spec.id] = stage.index
+    for spec in topology.bolts():
+        if getattr(spec.component, "is_sink", False):
+            sinks.append(spec.id)
+            stage_of[spec.id] = DRIVER
+            continue
+        fuse_into = _fusable_stage(spec.inputs, spec.component, stage_of, stages)
+        if fuse_into is not None:
+            stages[fuse_into].bolts.append(spec.id)
+            stage_of[spec.id] = fuse_into
+            continue
+        inputs = [(g, stage_of[g.component]) for g in spec.inputs]
+        for g, src in inputs:
+            if src == DRIVER:
+                from kstorm.errors import TopologyError
+
+                raise TopologyError(f"bolt {spec.id!r} subscribes to sink {g.component!r}; "
+                                    "sinks run in the commit phase and emit nothing")
+        raw = _raw_spout_input(inputs, stages)
+        stage = Stage(
+            index=len(stages),
+            head=spec.id,
+            bolts=[spec.id],
+            inputs=inputs,
+            partitioning=_partitioning(spec.inputs, spec.parallelism),
+            stateful=isinstance(spec.component, BaseStatefulBolt),
+            raw_spout=raw,
+        )
+        stages.append(stage)
+        stage_of[spec.id] = stage.index
+    return Plan(stages, stage_of, sinks)
+
+
+def _fusable_stage(inputs: tuple[Grouping, ...], component: object, stage_of: dict[str, int],
+                   stages: list[Stage]) -> int | None:
+    if len(inputs) != 1 or inputs[0].kind.repartitions:
+        return None
+    if isinstance(component, BaseStatefulBolt):
+        return None
+    upstream = stage_of[inputs[0].component]
+    if upstream == DRIVER or stages[upstream].is_source:
+        return None  # the first bolt after a spout opens its own stage over the raw rows
+    return upstream
+
+
+def _raw_spout_input(inputs: list[tuple[Grouping, int]], stages: list[Stage]) -> str | None:
+    if len(inputs) == 1 and stages[inputs[0][1]].is_source:
+        return stages[inputs[0][1]].raw_spout
+    return None
+
+
+def _partitioning(inputs: tuple[Grouping, ...], parallelism: int) -> Partitioning:
+    kinds = {g.kind for g in inputs}
+    if GroupingKind.ALL in kinds:
+        return Partitioning(PartitionKind.BROADCAST, parallelism)
+    if GroupingKind.GLOBAL in kinds and len(kinds) == 1:
+        return Partitioning(PartitionKind.SINGLE, 1)
+    fields = tuple(f for g in inputs if g.fields is not None for f in g.fields)
+    if GroupingKind.FIELDS in kinds or GroupingKind.GLOBAL in kinds:
+        return Partitioning(PartitionKind.HASH, parallelism, fields)
+    return Partitioning(PartitionKind.KEEP, parallelism)
+
+
+def task_for(grouping: Grouping, parallelism: int, values_hash: int | None,
+             partition: int) -> list[int]:
+    """Target task(s) of one tuple on one subscription.
+
+    Args:
+        grouping: the subscription.
+        parallelism: number of tasks of the subscribing bolt.
+        values_hash: stable hash of the grouping fields' values (fields grouping only).
+        partition: the Spark partition the tuple is in (shuffle groupings keep it there).
+    """
+    kind = grouping.kind
+    if kind is GroupingKind.FIELDS:
+        return [values_hash % parallelism]  # type: ignore[operator]
+    if kind is GroupingKind.GLOBAL:
+        return [0]
+    if kind is GroupingKind.ALL:
+        return list(range(parallelism))
+    return [partition % parallelism]

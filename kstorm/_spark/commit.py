@@ -1,0 +1,148 @@
+"""The commit phase: what runs on the driver for each batch, in batch order (``foreachBatch``).
+
+For batch ``batch_id`` (Storm's txid):
+
+1. Collect the batch's rows addressed to the driver (one Arrow table).
+2. Read the batch's source end offsets from the checkpoint's offset log (written by Spark
+   before the batch ran, so a replay carries the same offsets).
+3. Fold the stages' metrics into the topology's progress.
+4. Write dead letters (undecodable records, tuples whose bolt raised) with their reasons.
+5. Commit each sink, in topology order, with its tuples, the batch id and the offsets.
+   Sinks make this step idempotent per batch id (see ``kstorm/sink.py``).
+6. Record captured emissions (testing).
+
+Spark writes the batch to its commit log only after this function returns; a crash before
+that replays the same batch id with the same offsets, and the sinks skip or recompute it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import pickle
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from kstorm._deadletter import DeadLetterWriter, as_record
+from kstorm._executor import CAPTURE_DEST
+from kstorm._ids import DEAD_LETTER_STREAM
+from kstorm._progress import Progress
+from kstorm._spark.stage import METRICS_DEST
+from kstorm.component import TopologyContext
+from kstorm.sink import BaseSink
+from kstorm.topology import StormTopology
+from kstorm.tuple import Tuple
+
+log = logging.getLogger("kstorm.commit")
+
+
+def batch_offsets(checkpoint: Path, batch_id: int, spouts: list[str]) -> dict[str, Any]:
+    """End offsets of ``batch_id`` per spout, from Spark's offset log.
+
+    The log's source lines follow the order of the sources in the query plan, which is the
+    order the compiler reads the spouts in (``spouts``).
+    """
+    path = checkpoint / "offsets" / str(batch_id)
+    try:
+        lines = path.read_text().splitlines()
+    except FileNotFoundError:
+        return {}
+    sources = [json.loads(line) if line.strip() not in ("", "-") else None for line in lines[2:]]
+    return {spout: offsets for spout, offsets in zip(spouts, sources, strict=False)
+            if offsets is not None}
+
+
+class CommitPhase:
+    """The ``foreachBatch`` function of a running topology."""
+
+    def __init__(self, topology: StormTopology, name: str, checkpoint: Path,
+                 sinks: dict[str, BaseSink], conf: dict[str, Any], progress: Progress,
+                 dead_letters: DeadLetterWriter) -> None:
+        self.topology = topology
+        self.name = name
+        self.checkpoint = checkpoint
+        self.sinks = sinks
+        self.conf = conf
+        self.progress = progress
+        self.dead_letters = dead_letters
+        self.captured: list[tuple[str, str, list[Any]]] = []
+        self._opened = False
+        self._spouts = [s.id for s in topology.spouts()]
+
+    def _open(self) -> None:
+        for sink_id, sink in self.sinks.items():
+            spec = self.topology.components[sink_id]
+            sink.open({**self.conf, **spec.conf},
+                      TopologyContext(self.name, sink_id, 0, 1, -1, {}))
+        self._opened = True
+
+    def __call__(self, frame: Any, batch_id: int) -> None:
+        started = time.monotonic()
+        if not self._opened:
+            self._open()
+        # Step 1: the rows addressed to the driver.
+        table: pa.Table = frame.toArrow()
+        by_dest = _split(table)
+        # Step 2: the batch's source offsets.
+        offsets = batch_offsets(self.checkpoint, batch_id, self._spouts)
+        # Step 3: metrics.
+        for payload in by_dest.pop(METRICS_DEST, _EMPTY).column("__vals").to_pylist():
+            self.progress.add_counters(pickle.loads(payload))
+        # Step 4: dead letters.
+        dead = by_dest.pop(DEAD_LETTER_STREAM, _EMPTY)
+        self.dead_letters.write(batch_id, [as_record(pickle.loads(v))
+                                           for v in dead.column("__vals").to_pylist()])
+        # Step 5: sinks, in topology order.
+        captured = by_dest.pop(CAPTURE_DEST, _EMPTY)
+        for sink_id, sink in self.sinks.items():
+            rows = by_dest.pop(sink_id, _EMPTY)
+            sink.commit(batch_id, self._tuples(rows), offsets)
+        # Step 6: captured emissions (testing).
+        for src, stream, vals in zip(captured.column("__src").to_pylist(),
+                                     captured.column("__stream").to_pylist(),
+                                     captured.column("__vals").to_pylist(), strict=True):
+            self.captured.append((src, stream, pickle.loads(vals)))
+        for dest in by_dest:
+            log.error("batch %s: %d rows for unknown destination %r", batch_id,
+                      by_dest[dest].num_rows, dest)
+        self.progress.batch_committed(batch_id, offsets, time.monotonic() - started)
+
+    def _tuples(self, rows: pa.Table) -> list[Tuple]:
+        comps = self.topology.components
+        out = []
+        for src, stream, vals, meta in zip(rows.column("__src").to_pylist(),
+                                           rows.column("__stream").to_pylist(),
+                                           rows.column("__vals").to_pylist(),
+                                           rows.column("__meta").to_pylist(), strict=True):
+            t = Tuple(pickle.loads(vals), comps[src].streams[stream], src, stream)
+            t._ids = meta
+            out.append(t)
+        return out
+
+    def close(self) -> None:
+        """Close the sinks."""
+        if self._opened:
+            for sink in self.sinks.values():
+                sink.close()
+
+
+_EMPTY = pa.table({"__dest": pa.array([], pa.string()), "__task": pa.array([], pa.int32()),
+                   "__src": pa.array([], pa.string()), "__stream": pa.array([], pa.string()),
+                   "__vals": pa.array([], pa.binary()), "__meta": pa.array([], pa.binary())})
+
+
+def _split(table: pa.Table) -> dict[str, pa.Table]:
+    if table.num_rows == 0:
+        return {}
+    dests = pc.unique(table.column("__dest")).to_pylist()
+    if len(dests) == 1:
+        return {dests[0]: table}
+    out: dict[str, pa.Table] = defaultdict(lambda: _EMPTY)
+    for dest in dests:
+        out[dest] = table.filter(pc.equal(table.column("__dest"), dest))
+    return dict(out)

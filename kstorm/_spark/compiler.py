@@ -1,0 +1,159 @@
+"""Turn a :class:`kstorm._plan.Plan` into Spark streaming DataFrames.
+
+Per stage (see ``kstorm/_plan.py`` for how bolts are grouped into stages):
+
+1. Its input: the raw rows of one spout, or the union of its upstream stages' envelope
+   rows. Of each upstream, the *carrier* consumer (the lowest stage index) also takes the
+   rows addressed to nobody downstream (sinks, dead letters, metrics) and passes them on,
+   so a linear topology computes every stage exactly once per batch.
+2. Its partitioning: fields -> ``__task = pmod(hash, n)`` and a hash partitioning on
+   ``__task``; global -> one partition; all -> one row per task; shuffle -> unchanged.
+3. Its operator: ``mapInArrow`` (stateless) or ``groupBy("__task")
+   .transformWithStateInPandas`` (stateful head bolt).
+
+The union of the leaf stages is what the commit phase (``foreachBatch``) receives.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from kstorm._plan import DRIVER, PartitionKind, Plan, Stage
+from kstorm._spark.envelope import ENVELOPE_DDL
+from kstorm._spark.sources import read_spout
+from kstorm._spark.stage import StageContext, StageRunner, stateful_processor
+from kstorm.errors import TopologyError
+from kstorm.topology import StormTopology
+
+
+@dataclass
+class CompiledQuery:
+    """The DataFrames of a compiled topology."""
+
+    output: DataFrame                # union of leaf stages: envelope rows for the driver
+    stage_frames: dict[int, DataFrame]
+
+
+def compile_query(spark: SparkSession, topology: StormTopology, plan: Plan, name: str,
+                  conf: dict[str, Any], settings: Any) -> CompiledQuery:
+    """Build the streaming DataFrames of ``plan``."""
+    raw: dict[int, DataFrame] = {}
+    env: dict[int, DataFrame] = {}
+    readers = _envelope_readers(plan, topology)
+    heads = {s.head for s in plan.stages if not s.is_source}
+
+    for stage in plan.stages:
+        if stage.is_source:
+            raw[stage.index] = read_spout(spark, topology.components[stage.head], settings)
+            if readers[stage.index] or _feeds_sink(stage, topology, plan):
+                ctx = _context(topology, plan, stage, name, conf, carrier=True)
+                env[stage.index] = raw[stage.index].mapInArrow(StageRunner(ctx), ENVELOPE_DDL)
+            continue
+        carrier = _is_raw_carrier(stage, plan, readers, topology)
+        ctx = _context(topology, plan, stage, name, conf, carrier=carrier)
+        if stage.raw_spout is not None:
+            frame = _partition_raw(raw[stage.inputs[0][1]], stage, topology)
+        else:
+            frame = _union_inputs(stage, env, readers, heads)
+            frame = _partition_envelope(frame, stage, topology)
+        if stage.stateful:
+            ctx.input_columns = [c for c in frame.columns]
+            out = frame.groupBy("__task").transformWithStateInPandas(
+                stateful_processor(ctx), ENVELOPE_DDL, "Append", "None")
+        else:
+            out = frame.mapInArrow(StageRunner(ctx), ENVELOPE_DDL)
+        env[stage.index] = out
+
+    leaves = [env[i] for i in sorted(env) if not readers.get(i)]
+    if not leaves:
+        raise TopologyError("the topology has no bolt or sink: nothing consumes its spouts")
+    output = leaves[0]
+    for frame in leaves[1:]:
+        output = output.unionByName(frame)
+    return CompiledQuery(output, env)
+
+
+def _context(topology: StormTopology, plan: Plan, stage: Stage, name: str,
+             conf: dict[str, Any], *, carrier: bool) -> StageContext:
+    policy = str(conf.get("kstorm.bolt.error.policy", "dead-letter"))
+    return StageContext(topology, plan, stage.index, name, conf, carrier, policy)
+
+
+def _feeds_sink(stage: Stage, topology: StormTopology, plan: Plan) -> bool:
+    return any(plan.stage_of[c] == DRIVER for c, _ in topology.consumers(stage.head))
+
+
+def _envelope_readers(plan: Plan, topology: StormTopology) -> dict[int, list[int]]:
+    """For each stage, the stages that read its envelope rows (sorted)."""
+    readers: dict[int, list[int]] = {s.index: [] for s in plan.stages}
+    for stage in plan.stages:
+        if stage.is_source or stage.raw_spout is not None:
+            continue
+        for _, src in stage.inputs:
+            if src != DRIVER and stage.index not in readers[src]:
+                readers[src].append(stage.index)
+    return {k: sorted(v) for k, v in readers.items()}
+
+
+def _is_raw_carrier(stage: Stage, plan: Plan, readers: dict[int, list[int]],
+                    topology: StormTopology) -> bool:
+    """Whether ``stage`` dead-letters its spout's undecodable rows (exactly one stage does)."""
+    if stage.raw_spout is None:
+        return True
+    src = stage.inputs[0][1]
+    source = plan.stages[src]
+    if readers[src] or _feeds_sink(source, topology, plan):
+        return False  # the spout's envelope stage does it
+    raw_readers = [s.index for s in plan.stages if s.raw_spout == source.raw_spout
+                   and not s.is_source]
+    return stage.index == min(raw_readers)
+
+
+def _union_inputs(stage: Stage, env: dict[int, DataFrame], readers: dict[int, list[int]],
+                  heads: set[str]) -> DataFrame:
+    frames = []
+    for src in sorted({src for _, src in stage.inputs}):
+        frame = env[src]
+        if readers[src] and readers[src][0] == stage.index:
+            others = sorted(heads - {stage.head})
+            keep: Column = (F.col("__dest") == stage.head) | ~F.col("__dest").isin(others)
+        else:
+            keep = F.col("__dest") == stage.head
+        frames.append(frame.where(keep))
+    out = frames[0]
+    for frame in frames[1:]:
+        out = out.unionByName(frame)
+    return out
+
+
+def _partition_raw(frame: DataFrame, stage: Stage, topology: StormTopology) -> DataFrame:
+    p = stage.partitioning
+    n = topology.components[stage.head].parallelism
+    if p.kind is PartitionKind.HASH:
+        task = F.pmod(F.xxhash64(*[F.col(f) for f in p.fields]), F.lit(n)).cast("int")
+    elif p.kind is PartitionKind.SINGLE:
+        task = F.lit(0)
+    elif p.kind is PartitionKind.BROADCAST:
+        task = F.explode(F.sequence(F.lit(0), F.lit(n - 1)))
+    elif stage.stateful:
+        task = F.pmod(F.spark_partition_id(), F.lit(n)).cast("int")
+    else:
+        return frame
+    frame = frame.withColumn("__task", task.cast("int"))
+    return frame if stage.stateful else _exchange(frame, stage, n)
+
+
+def _partition_envelope(frame: DataFrame, stage: Stage, topology: StormTopology) -> DataFrame:
+    if stage.stateful or stage.partitioning.kind is PartitionKind.KEEP:
+        return frame
+    return _exchange(frame, stage, topology.components[stage.head].parallelism)
+
+
+def _exchange(frame: DataFrame, stage: Stage, n: int) -> DataFrame:
+    if stage.partitioning.kind is PartitionKind.SINGLE:
+        return frame.repartition(1)
+    return frame.repartition(n, "__task")

@@ -1,0 +1,216 @@
+"""The Python operators of a plan's stages (run inside Spark tasks, on Arrow batches).
+
+``StageRunner`` is what ``mapInArrow`` calls for a stateless stage; ``StatefulStage`` is the
+``transformWithStateInPandas`` processor of a stage whose head is a stateful bolt. Both feed
+:class:`kstorm._executor.StageExecutor` and pack what leaves the stage into envelope rows.
+Rows addressed to other components (sinks, dead letters, metrics) pass through unchanged,
+so a linear topology computes each stage once per batch.
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from kstorm._executor import Outgoing, StageExecutor
+from kstorm._ids import DEAD_LETTER_STREAM
+from kstorm._plan import Plan
+from kstorm._spark.envelope import (
+    envelope_tuples,
+    raw_errors,
+    raw_tuples,
+    split_for,
+    to_arrow,
+)
+from kstorm.topology import StormTopology
+
+METRICS_DEST = "__metrics"
+
+
+@dataclass
+class StageContext:
+    """Everything a stage's operator needs, shipped to executors with the function."""
+
+    topology: StormTopology
+    plan: Plan
+    stage_index: int
+    topology_name: str
+    conf: dict[str, Any]
+    carrier: bool            # this stage forwards the upstream's driver rows and raw errors
+    on_bolt_error: str = "dead-letter"
+    input_columns: list[str] | None = None  # names of the stage's input (TWS loses them)
+
+
+def _batch_id() -> int:
+    from pyspark import TaskContext
+
+    tc = TaskContext.get()
+    value = tc.getLocalProperty("streaming.sql.batchId") if tc is not None else None
+    return int(value) if value is not None else -1
+
+
+def _partition() -> int:
+    from pyspark import TaskContext
+
+    tc = TaskContext.get()
+    return tc.partitionId() if tc is not None else 0
+
+
+def _run(ctx: StageContext, executor: StageExecutor, batches: Iterator[pa.RecordBatch],
+         task_of_row: Any) -> Iterator[pa.RecordBatch]:
+    stage = ctx.plan.stages[ctx.stage_index]
+    for batch in batches:
+        if batch.num_rows == 0:
+            continue
+        if stage.raw_spout is not None:
+            if ctx.carrier:
+                for values in raw_errors(batch):
+                    values[0] = stage.raw_spout
+                    executor.dead_letter_record(stage.raw_spout, values)
+            tuples = raw_tuples(batch, stage.raw_spout, ctx.topology, task_of_row(batch))
+        else:
+            mine, others = split_for(batch, stage.head)
+            if others.num_rows:
+                yield others
+            tuples = envelope_tuples(mine, ctx.topology)
+        yield from _packed(executor.process(tuples))
+    yield from _packed(executor.finish())
+    if executor.counters:
+        counters = {"stage": ctx.stage_index, **executor.counters}
+        yield to_arrow([Outgoing(METRICS_DEST, 0, stage.head, "", pickle.dumps(counters), None)])
+
+
+def _packed(outgoing: Iterator[Outgoing], size: int = 8192) -> Iterator[pa.RecordBatch]:
+    chunk: list[Outgoing] = []
+    for row in outgoing:
+        chunk.append(row)
+        if len(chunk) >= size:
+            yield to_arrow(chunk)
+            chunk = []
+    if chunk:
+        yield to_arrow(chunk)
+
+
+class StageRunner:
+    """``mapInArrow`` function of a stateless stage."""
+
+    def __init__(self, ctx: StageContext) -> None:
+        self.ctx = ctx
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        ctx = self.ctx
+        partition = _partition()
+        stage = ctx.plan.stages[ctx.stage_index]
+        par = ctx.topology.components[stage.head].parallelism
+        executor = StageExecutor(ctx.topology, ctx.plan, ctx.stage_index,
+                                 topology_name=ctx.topology_name, conf=ctx.conf,
+                                 batch_id=_batch_id(), partition=partition,
+                                 on_bolt_error=ctx.on_bolt_error)
+
+        def tasks(batch: pa.RecordBatch) -> list[int]:
+            if "__task" in batch.schema.names:
+                return batch.column("__task").to_pylist()
+            return [partition % par] * batch.num_rows
+
+        yield from _run(ctx, executor, batches, tasks)
+
+
+def dead_letter_outgoing(values: list[Any], component: str) -> Outgoing:
+    """An outgoing dead-letter record (used by the driver for tests and tools)."""
+    return Outgoing(DEAD_LETTER_STREAM, 0, component, "default", pickle.dumps(values), None)
+
+
+class _MapStateKeyValue:
+    """:class:`kstorm.KeyValueState` over a TWS ``MapState`` (keys and values pickled).
+
+    Reads are cached for the batch; writes are buffered and flushed once at the end, so a
+    key costs at most one state-store round trip to read and one to write per batch.
+    """
+
+    _MISSING = object()
+
+    def __init__(self, map_state: Any) -> None:
+        self._ms = map_state
+        self._cache: dict[Any, Any] = {}
+        self._dirty: set[Any] = set()
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        value = self._cache.get(key, self._MISSING)
+        if value is self._MISSING:
+            row = self._ms.getValue((pickle.dumps(key, protocol=5),))
+            value = pickle.loads(row[0]) if row is not None else None
+            self._cache[key] = value
+        return default if value is None else value
+
+    def put(self, key: Any, value: Any) -> None:
+        self._cache[key] = value
+        self._dirty.add(key)
+
+    def delete(self, key: Any) -> Any:
+        old = self.get(key)
+        self._cache[key] = None
+        self._dirty.add(key)
+        return old
+
+    def __iter__(self) -> Iterator[tuple[Any, Any]]:
+        self.flush()
+        for k, v in self._ms.iterator():
+            yield pickle.loads(k[0]), pickle.loads(v[0])
+
+    def flush(self) -> None:
+        for key in self._dirty:
+            value = self._cache[key]
+            bkey = (pickle.dumps(key, protocol=5),)
+            if value is None:
+                self._ms.removeKey(bkey)
+            else:
+                self._ms.updateValue(bkey, (pickle.dumps(value, protocol=5),))
+        self._dirty.clear()
+
+
+def stateful_processor(ctx: StageContext) -> Any:
+    """A ``StatefulProcessor`` running ``ctx``'s stage for one task (grouping key) at a time."""
+    from pyspark.sql.streaming.stateful_processor import StatefulProcessor
+
+    class StatefulStage(StatefulProcessor):
+        def init(self, handle: Any) -> None:
+            # TWS state variables must be declared in init(); the map is scoped to the
+            # grouping key, i.e. to one task of the stage's stateful head bolt.
+            self._kv = handle.getMapState("kv", "k binary", "v binary")
+
+        def handleInputRows(self, key: Any, rows: Iterator[Any], timerValues: Any
+                            ) -> Iterator[Any]:
+            task = int(key[0])
+            states: list[_MapStateKeyValue] = []
+
+            def state_for(component: str, _task: int) -> _MapStateKeyValue:
+                kv = _MapStateKeyValue(self._kv)
+                states.append(kv)
+                return kv
+
+            executor = StageExecutor(ctx.topology, ctx.plan, ctx.stage_index,
+                                     topology_name=ctx.topology_name, conf=ctx.conf,
+                                     batch_id=_batch_id(), partition=task,
+                                     state_for=state_for, on_bolt_error=ctx.on_bolt_error)
+            batches = (_named(pdf, ctx.input_columns) for pdf in rows)
+            for out in _run(ctx, executor, batches, lambda b: [task] * b.num_rows):
+                yield out.to_pandas()
+            for kv in states:
+                kv.flush()
+
+        def close(self) -> None:
+            pass
+
+    return StatefulStage()
+
+
+
+def _named(pdf: Any, columns: list[str] | None) -> pa.RecordBatch:
+    """TWS hands the grouped rows over with positional names (_0, _1, ...): restore them."""
+    if columns is not None and len(columns) == len(pdf.columns):
+        pdf.columns = columns
+    return pa.RecordBatch.from_pandas(pdf, preserve_index=False)

@@ -1,0 +1,130 @@
+"""Bolts (Storm ``IRichBolt``, ``IBasicBolt``, ``IStatefulBolt``) and their collectors."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from kstorm.component import Component, TopologyContext
+from kstorm.errors import FailedException
+from kstorm.state import KeyValueState
+from kstorm.tuple import DEFAULT_STREAM, Tuple
+
+Anchors = Tuple | Sequence[Tuple] | None
+EmitFn = Callable[[str, list[Any], Sequence[Tuple]], None]
+
+
+def _anchor_list(anchors: Anchors) -> Sequence[Tuple]:
+    if anchors is None:
+        return ()
+    if isinstance(anchors, Tuple):
+        return (anchors,)
+    return anchors
+
+
+class OutputCollector:
+    """Emits, acks and fails tuples for a :class:`BaseRichBolt` (Storm ``OutputCollector``).
+
+    Example:
+        >>> collector.emit(Values(word), anchors=tuple_)   # doctest: +SKIP
+        >>> collector.ack(tuple_)                          # doctest: +SKIP
+    """
+
+    def __init__(self, emit: EmitFn, ack: Callable[[Tuple], None],
+                 fail: Callable[[Tuple], None]) -> None:
+        self._emit = emit
+        self._ack = ack
+        self._fail = fail
+
+    def emit(self, values: Sequence[Any], anchors: Anchors = None, *,
+             stream: str = DEFAULT_STREAM) -> None:
+        """Emit ``values`` on ``stream``, anchored to ``anchors`` (none: unanchored)."""
+        self._emit(stream, list(values), _anchor_list(anchors))
+
+    def ack(self, tuple_: Tuple) -> None:
+        """Mark ``tuple_`` fully processed by this bolt."""
+        self._ack(tuple_)
+
+    def fail(self, tuple_: Tuple) -> None:
+        """Fail ``tuple_``: its spout tuples are replayed (at-least-once mode)."""
+        self._fail(tuple_)
+
+
+class BasicOutputCollector:
+    """Collector of a :class:`BaseBasicBolt`: emits are anchored to the input tuple."""
+
+    def __init__(self, out: OutputCollector) -> None:
+        self._out = out
+        self.input: Tuple | None = None
+
+    def emit(self, values: Sequence[Any], *, stream: str = DEFAULT_STREAM) -> None:
+        """Emit ``values`` on ``stream``, anchored to the tuple being executed."""
+        self._out.emit(values, self.input, stream=stream)
+
+
+class BaseRichBolt(Component):
+    """A bolt that emits, acks and fails explicitly.
+
+    A bolt instance lives for one batch of one task (one Storm transaction): ``prepare``
+    is called at the start of each batch. Keep state across batches in a
+    :class:`BaseStatefulBolt`'s ``KeyValueState``, which is checkpointed with the batch.
+    """
+
+    def prepare(self, conf: dict[str, Any], context: TopologyContext,
+                collector: OutputCollector) -> None:
+        """Called before the task's first tuple of a batch."""
+
+    def execute(self, tuple_: Tuple) -> None:
+        """Process one input tuple."""
+        raise NotImplementedError(f"{type(self).__name__} must implement execute(tuple_)")
+
+    def finish_batch(self) -> None:
+        """Called after the task's last tuple of a batch (Storm ``IBatchBolt.finishBatch``)."""
+
+    def cleanup(self) -> None:
+        """Called when the task's batch is done."""
+
+
+class BaseBasicBolt(Component):
+    """A bolt whose emits are anchored to its input, acked when ``execute`` returns.
+
+    Raise :class:`kstorm.FailedException` to fail the input tuple instead.
+    """
+
+    def prepare(self, conf: dict[str, Any], context: TopologyContext) -> None:
+        """Called before the task's first tuple of a batch."""
+
+    def execute(self, tuple_: Tuple, collector: BasicOutputCollector) -> None:
+        """Process one input tuple."""
+        raise NotImplementedError(f"{type(self).__name__} must implement execute(tuple_, c)")
+
+    def finish_batch(self, collector: BasicOutputCollector) -> None:
+        """Called after the task's last tuple of a batch."""
+
+    def cleanup(self) -> None:
+        """Called when the task's batch is done."""
+
+
+class BaseStatefulBolt(BaseRichBolt):
+    """A bolt with checkpointed :class:`KeyValueState` (Storm ``IStatefulBolt``, seed 000).
+
+    ``init_state`` is called with the task's state before each batch; the changes the batch
+    makes are saved atomically with it (Spark's state store, versioned by batch id), so a
+    replayed batch sees the state as it was before its first attempt.
+    """
+
+    def init_state(self, state: KeyValueState) -> None:
+        """Receive the task's state."""
+        raise NotImplementedError(f"{type(self).__name__} must implement init_state(state)")
+
+
+def run_basic(bolt: BaseBasicBolt, collector: BasicOutputCollector, out: OutputCollector,
+              tuple_: Tuple) -> None:
+    """Execute a basic bolt on one tuple: ack on return, fail on ``FailedException``."""
+    collector.input = tuple_
+    try:
+        bolt.execute(tuple_, collector)
+    except FailedException:
+        out.fail(tuple_)
+    else:
+        out.ack(tuple_)

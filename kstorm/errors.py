@@ -1,0 +1,82 @@
+"""Every error kstorm raises, under one root.
+
+Hierarchy::
+
+    KstormError
+    ├── ConfigError (+ ValueError)           bad configuration value or option
+    ├── TopologyError (+ ValueError)         the graph is invalid (unknown component or
+    │                                        stream, undeclared field, duplicate or reserved
+    │                                        id, cycle); names the component
+    ├── FieldError (+ KeyError)              a tuple has no field of that name
+    ├── SerdeError                           bytes could not become fields (or back); carries
+    │                                        the reason that a dead-letter record reports
+    ├── MissingDependencyError (+ ImportError)  an optional extra or binary is missing;
+    │                                        the message says what to install
+    ├── EmbeddedServiceError                 an embedded broker / redis-server failed to start
+    ├── SourceError                          the Kafka spout could not read its topics
+    ├── SinkError                            a sink could not commit a batch
+    └── FailedException                      raised by a bolt's ``execute`` to fail the
+                                             input tuple (Storm's ``FailedException``)
+
+Messages name the component id, what was expected and what was got; library errors are
+wrapped at the boundary with ``raise ... from exc``.
+"""
+
+from __future__ import annotations
+
+
+class KstormError(Exception):
+    """Root of every kstorm error."""
+
+
+class ConfigError(KstormError, ValueError):
+    """A configuration key or option has a bad value."""
+
+
+class TopologyError(KstormError, ValueError):
+    """The topology graph is invalid."""
+
+
+class FieldError(KstormError, KeyError):
+    """A tuple has no field of the requested name."""
+
+    def __str__(self) -> str:  # KeyError quotes its argument; keep the message readable.
+        return str(self.args[0]) if self.args else ""
+
+
+class SerdeError(KstormError):
+    """Bytes could not be turned into fields, or fields into bytes."""
+
+
+class MissingDependencyError(KstormError, ImportError):
+    """An optional dependency (Python extra or binary) is not installed."""
+
+
+class EmbeddedServiceError(KstormError):
+    """An embedded service (broker, redis-server) could not be started."""
+
+
+class SourceError(KstormError):
+    """A spout could not read from its source."""
+
+
+class SinkError(KstormError):
+    """A sink could not write or commit a batch."""
+
+
+class FailedException(KstormError):
+    """Raise from ``BaseBasicBolt.execute`` to fail the input tuple (Storm semantics)."""
+
+
+__all__ = [
+    "ConfigError",
+    "EmbeddedServiceError",
+    "FailedException",
+    "FieldError",
+    "KstormError",
+    "MissingDependencyError",
+    "SerdeError",
+    "SinkError",
+    "SourceError",
+    "TopologyError",
+]

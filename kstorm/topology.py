@@ -1,0 +1,259 @@
+"""Building and validating topologies (Storm ``TopologyBuilder``).
+
+Example:
+    >>> from kstorm import TopologyBuilder, Fields
+    >>> builder = TopologyBuilder()
+    >>> builder.set_spout("sentences", spout)                                 # doctest: +SKIP
+    >>> builder.set_bolt("split", SplitSentence(), 2).shuffle_grouping("sentences")  # doctest: +SKIP
+    >>> builder.set_bolt("count", WordCount(), 4).fields_grouping("split", Fields("word"))  # doctest: +SKIP
+    >>> topology = builder.create_topology()                                   # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from kstorm._ids import is_reserved
+from kstorm.component import Component, OutputFieldsDeclarer
+from kstorm.errors import TopologyError
+from kstorm.grouping import Grouping, GroupingKind
+from kstorm.spout import BaseRichSpout
+from kstorm.tuple import DEFAULT_STREAM, Fields
+
+
+@dataclass(frozen=True)
+class ComponentSpec:
+    """One validated component of a topology."""
+
+    id: str
+    component: Component
+    parallelism: int
+    is_spout: bool
+    inputs: tuple[Grouping, ...]
+    streams: Mapping[str, Fields]
+    conf: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class StormTopology:
+    """A validated topology: components in topological order (spouts first)."""
+
+    components: Mapping[str, ComponentSpec]
+    order: tuple[str, ...]
+
+    def spouts(self) -> list[ComponentSpec]:
+        """The spout specs."""
+        return [self.components[c] for c in self.order if self.components[c].is_spout]
+
+    def bolts(self) -> list[ComponentSpec]:
+        """The bolt specs, upstream before downstream."""
+        return [self.components[c] for c in self.order if not self.components[c].is_spout]
+
+    def consumers(self, component: str, stream: str | None = None) -> list[tuple[str, Grouping]]:
+        """``(bolt id, grouping)`` of every subscription to ``component`` (and ``stream``)."""
+        return [
+            (spec.id, g)
+            for spec in self.bolts()
+            for g in spec.inputs
+            if g.component == component and (stream is None or g.stream == stream)
+        ]
+
+
+class _Declarer:
+    def __init__(self, builder: TopologyBuilder, component_id: str) -> None:
+        self._builder = builder
+        self.id = component_id
+
+    def add_configuration(self, key: str, value: Any) -> _Declarer:
+        """Set a component-level configuration key."""
+        self._builder._conf[self.id][key] = value
+        return self
+
+    def add_configurations(self, conf: Mapping[str, Any]) -> _Declarer:
+        """Set several component-level configuration keys."""
+        self._builder._conf[self.id].update(conf)
+        return self
+
+
+class SpoutDeclarer(_Declarer):
+    """Returned by :meth:`TopologyBuilder.set_spout`."""
+
+
+class BoltDeclarer(_Declarer):
+    """Returned by :meth:`TopologyBuilder.set_bolt`; subscribes the bolt to streams."""
+
+    def _add(self, kind: GroupingKind, component: str, stream: str,
+             fields: Fields | None = None) -> BoltDeclarer:
+        self._builder._inputs[self.id].append(Grouping(kind, component, stream, fields))
+        return self
+
+    def shuffle_grouping(self, component: str, stream: str = DEFAULT_STREAM) -> BoltDeclarer:
+        """Tuples are spread randomly over the bolt's tasks."""
+        return self._add(GroupingKind.SHUFFLE, component, stream)
+
+    def local_or_shuffle_grouping(self, component: str,
+                                  stream: str = DEFAULT_STREAM) -> BoltDeclarer:
+        """Prefer a task in the same worker (on Spark: the same partition)."""
+        return self._add(GroupingKind.LOCAL_OR_SHUFFLE, component, stream)
+
+    def none_grouping(self, component: str, stream: str = DEFAULT_STREAM) -> BoltDeclarer:
+        """No preference (currently the same as shuffle, as in Storm)."""
+        return self._add(GroupingKind.NONE, component, stream)
+
+    def fields_grouping(self, component: str, fields: Fields,
+                        stream: str = DEFAULT_STREAM) -> BoltDeclarer:
+        """Tuples with equal values of ``fields`` go to the same task."""
+        if not isinstance(fields, Fields) or len(fields) == 0:
+            raise TopologyError(
+                f"bolt {self.id!r}: fields_grouping on {component!r} needs non-empty "
+                f"Fields(...), got {fields!r}"
+            )
+        return self._add(GroupingKind.FIELDS, component, stream, fields)
+
+    def global_grouping(self, component: str, stream: str = DEFAULT_STREAM) -> BoltDeclarer:
+        """The whole stream goes to a single task (the lowest id)."""
+        return self._add(GroupingKind.GLOBAL, component, stream)
+
+    def all_grouping(self, component: str, stream: str = DEFAULT_STREAM) -> BoltDeclarer:
+        """Every task receives every tuple."""
+        return self._add(GroupingKind.ALL, component, stream)
+
+
+class TopologyBuilder:
+    """Declares spouts and bolts and wires them with groupings."""
+
+    def __init__(self) -> None:
+        self._components: dict[str, tuple[Component, int, bool]] = {}
+        self._inputs: dict[str, list[Grouping]] = {}
+        self._conf: dict[str, dict[str, Any]] = {}
+
+    def set_spout(self, component_id: str, spout: Component,
+                  parallelism: int = 1) -> SpoutDeclarer:
+        """Add a spout; ``parallelism`` is its number of tasks."""
+        self._add(component_id, spout, parallelism, is_spout=True)
+        return SpoutDeclarer(self, component_id)
+
+    def set_bolt(self, component_id: str, bolt: Component, parallelism: int = 1) -> BoltDeclarer:
+        """Add a bolt; subscribe it to streams with the returned declarer's groupings."""
+        self._add(component_id, bolt, parallelism, is_spout=False)
+        return BoltDeclarer(self, component_id)
+
+    def _add(self, cid: str, comp: Component, parallelism: int, *, is_spout: bool) -> None:
+        kind = "spout" if is_spout else "bolt"
+        if not isinstance(cid, str) or not cid:
+            raise TopologyError(f"{kind} ids must be non-empty strings, got {cid!r}")
+        if is_reserved(cid):
+            raise TopologyError(f"{kind} id {cid!r} is reserved (ids starting with '__' "
+                                "belong to kstorm's implicit components)")
+        if cid in self._components:
+            raise TopologyError(f"duplicate component id {cid!r}: ids must be unique")
+        if not isinstance(comp, Component):
+            raise TopologyError(f"{kind} {cid!r} must be a kstorm spout/bolt, "
+                                f"got {type(comp).__name__}")
+        if is_spout and not isinstance(comp, BaseRichSpout) and not _is_spout_like(comp):
+            raise TopologyError(f"spout {cid!r} is a {type(comp).__name__}, not a spout")
+        if not is_spout and (isinstance(comp, BaseRichSpout) or _is_spout_like(comp)):
+            raise TopologyError(f"bolt {cid!r} is a spout ({type(comp).__name__}); "
+                                "use set_spout")
+        if isinstance(parallelism, bool) or not isinstance(parallelism, int) or parallelism < 1:
+            raise TopologyError(f"{kind} {cid!r}: parallelism must be an int >= 1, "
+                                f"got {parallelism!r}")
+        self._components[cid] = (comp, parallelism, is_spout)
+        self._inputs[cid] = []
+        self._conf[cid] = {}
+
+    def create_topology(self) -> StormTopology:
+        """Validate the graph and freeze it; raises :class:`TopologyError` naming the part."""
+        if not any(s for _, _, s in self._components.values()):
+            raise TopologyError("a topology needs at least one spout")
+        streams = {cid: _declared_streams(cid, comp)
+                   for cid, (comp, _, _) in self._components.items()}
+        for cid, (_, _, is_spout) in self._components.items():
+            if not is_spout:
+                _check_inputs(cid, self._inputs[cid], streams, self._components)
+        order = _topological_order(self._components, self._inputs)
+        specs = {
+            cid: ComponentSpec(
+                id=cid,
+                component=copy.deepcopy(comp),
+                parallelism=par,
+                is_spout=is_spout,
+                inputs=tuple(self._inputs[cid]),
+                streams=MappingProxyType(streams[cid]),
+                conf=MappingProxyType(dict(self._conf[cid])),
+            )
+            for cid, (comp, par, is_spout) in self._components.items()
+        }
+        return StormTopology(MappingProxyType(specs), order)
+
+
+def _is_spout_like(comp: Component) -> bool:
+    return bool(getattr(comp, "is_spout", False))
+
+
+def _declared_streams(cid: str, comp: Component) -> dict[str, Fields]:
+    declarer = OutputFieldsDeclarer(cid)
+    try:
+        comp.declare_output_fields(declarer)
+    except TopologyError:
+        raise
+    except Exception as exc:
+        raise TopologyError(f"component {cid!r}: declare_output_fields failed: {exc}") from exc
+    extra = getattr(comp, "implicit_streams", None)
+    if extra is not None:
+        for stream, fields in extra().items():
+            declarer.declare_stream(stream, fields, _internal=True)
+    return declarer.streams
+
+
+def _check_inputs(cid: str, inputs: list[Grouping], streams: dict[str, dict[str, Fields]],
+                  components: dict[str, tuple[Component, int, bool]]) -> None:
+    if not inputs:
+        raise TopologyError(f"bolt {cid!r} subscribes to nothing: add a grouping, e.g. "
+                            f"set_bolt({cid!r}, ...).shuffle_grouping('<component>')")
+    seen: set[tuple[str, str]] = set()
+    for g in inputs:
+        if g.component not in components:
+            known = sorted(components)
+            raise TopologyError(f"bolt {cid!r} subscribes to unknown component "
+                                f"{g.component!r}; known components: {known}")
+        declared = streams[g.component]
+        if g.stream not in declared:
+            raise TopologyError(f"bolt {cid!r} subscribes to stream {g.stream!r} of "
+                                f"{g.component!r}, which declares only {sorted(declared)}")
+        if g.fields is not None:
+            missing = [f for f in g.fields if f not in declared[g.stream]]
+            if missing:
+                raise TopologyError(
+                    f"bolt {cid!r}: fields grouping on {missing} but stream {g.stream!r} of "
+                    f"{g.component!r} declares fields {declared[g.stream].to_list()}")
+        if (g.component, g.stream) in seen:
+            raise TopologyError(f"bolt {cid!r} subscribes twice to {g.component}:{g.stream}")
+        seen.add((g.component, g.stream))
+
+
+def _topological_order(components: dict[str, tuple[Component, int, bool]],
+                       inputs: dict[str, list[Grouping]]) -> tuple[str, ...]:
+    order: list[str] = []
+    state: dict[str, int] = {}  # 1 = visiting, 2 = done
+
+    def visit(cid: str, path: list[str]) -> None:
+        if state.get(cid) == 2:
+            return
+        if state.get(cid) == 1:
+            cycle = path[path.index(cid):] + [cid]
+            raise TopologyError(f"topology has a cycle: {' -> '.join(reversed(cycle))}; "
+                                f"component {cid!r} (directly or not) consumes its own output")
+        state[cid] = 1
+        for g in inputs[cid]:
+            visit(g.component, path + [cid])
+        state[cid] = 2
+        order.append(cid)
+
+    for cid in sorted(components, key=lambda c: (not components[c][2], c)):
+        visit(cid, [])
+    return tuple(order)

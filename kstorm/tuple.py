@@ -1,0 +1,195 @@
+"""Storm's data model: :class:`Fields`, :class:`Values` and :class:`Tuple`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+from kstorm.errors import FieldError, TopologyError
+
+DEFAULT_STREAM = "default"
+
+
+class Fields(Sequence[str]):
+    """An ordered list of unique field names.
+
+    Example:
+        >>> Fields("word", "count").index("count")
+        1
+    """
+
+    __slots__ = ("_names", "_index")
+
+    def __init__(self, *names: str | Iterable[str]) -> None:
+        flat: list[str] = []
+        for name in names:
+            if isinstance(name, str):
+                flat.append(name)
+            else:
+                flat.extend(name)
+        for name in flat:
+            if not isinstance(name, str) or not name:
+                raise TopologyError(f"field names must be non-empty strings, got {name!r}")
+        dupes = sorted({n for n in flat if flat.count(n) > 1})
+        if dupes:
+            raise TopologyError(f"duplicate field name(s) {dupes} in Fields{tuple(flat)}")
+        self._names = tuple(flat)
+        self._index = {n: i for i, n in enumerate(flat)}
+
+    def __getitem__(self, i):  # type: ignore[override]
+        return self._names[i]
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._index
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Fields):
+            return self._names == other._names
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self._names)
+
+    def __repr__(self) -> str:
+        return f"Fields{self._names!r}"
+
+    def index(self, name: str, *args: Any) -> int:  # type: ignore[override]
+        """Position of ``name``; raises :class:`FieldError` if absent."""
+        try:
+            return self._index[name]
+        except KeyError:
+            raise FieldError(f"no field {name!r}; the fields are {list(self._names)}") from None
+
+    def to_list(self) -> list[str]:
+        """The names as a list."""
+        return list(self._names)
+
+
+class Values(list):
+    """The values of one emitted tuple, in declared field order (Storm ``Values``).
+
+    Example:
+        >>> Values("hello", 1)
+        ['hello', 1]
+    """
+
+    def __init__(self, *values: Any) -> None:
+        super().__init__(values)
+
+
+class Tuple:
+    """A tuple received by a bolt: values, their field names and where it came from.
+
+    Example:
+        >>> t = Tuple(["cat", 2], Fields("word", "count"), "split", "default")
+        >>> t.get_value_by_field("count")
+        2
+    """
+
+    __slots__ = ("values", "fields", "source_component", "source_stream", "message_id",
+                 "source_task", "_ids")
+
+    def __init__(self, values: Sequence[Any], fields: Fields, source_component: str,
+                 source_stream: str = DEFAULT_STREAM, message_id: Any = None,
+                 source_task: int = 0) -> None:
+        self.values = list(values)
+        self.fields = fields
+        self.source_component = source_component
+        self.source_stream = source_stream
+        self.message_id = message_id
+        self.source_task = source_task
+        self._ids: Any = None  # reliability bookkeeping (anchors), owned by the runtime
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def __repr__(self) -> str:
+        pairs = ", ".join(f"{n}={v!r}" for n, v in zip(self.fields, self.values, strict=False))
+        return f"Tuple({self.source_component}:{self.source_stream}, {pairs})"
+
+    def get_fields(self) -> Fields:
+        """The tuple's field names."""
+        return self.fields
+
+    def get_value(self, i: int) -> Any:
+        """Value at position ``i``."""
+        return self.values[i]
+
+    def get_value_by_field(self, name: str) -> Any:
+        """Value of field ``name``; raises :class:`FieldError` naming the source component."""
+        try:
+            return self.values[self.fields._index[name]]
+        except KeyError:
+            raise FieldError(
+                f"tuple from {self.source_component!r} stream {self.source_stream!r} has no "
+                f"field {name!r}; its fields are {self.fields.to_list()}"
+            ) from None
+
+    def contains(self, name: str) -> bool:
+        """Whether the tuple has field ``name``."""
+        return name in self.fields
+
+    def get_string(self, i: int) -> str:
+        """Value at ``i`` as ``str`` (``TypeError`` if it is not one)."""
+        return _typed(self, i, str)
+
+    def get_integer(self, i: int) -> int:
+        """Value at ``i`` as ``int`` (``TypeError`` if it is not one)."""
+        return _typed(self, i, int)
+
+    def get_long(self, i: int) -> int:
+        """Alias of :meth:`get_integer` (Python ints are unbounded)."""
+        return _typed(self, i, int)
+
+    def get_double(self, i: int) -> float:
+        """Value at ``i`` as ``float``."""
+        return float(_typed(self, i, (int, float)))
+
+    def get_boolean(self, i: int) -> bool:
+        """Value at ``i`` as ``bool``."""
+        return _typed(self, i, bool)
+
+    def get_binary(self, i: int) -> bytes:
+        """Value at ``i`` as ``bytes``."""
+        return _typed(self, i, (bytes, bytearray))
+
+    def get_string_by_field(self, name: str) -> str:
+        """Field ``name`` as ``str``."""
+        return self.get_string(self.fields.index(name))
+
+    def get_integer_by_field(self, name: str) -> int:
+        """Field ``name`` as ``int``."""
+        return self.get_integer(self.fields.index(name))
+
+    def select(self, fields: Fields) -> list[Any]:
+        """Values of ``fields``, in that order."""
+        return [self.get_value_by_field(n) for n in fields]
+
+    def get_source_component(self) -> str:
+        """Id of the component that emitted the tuple."""
+        return self.source_component
+
+    def get_source_stream_id(self) -> str:
+        """Stream the tuple was emitted on."""
+        return self.source_stream
+
+    def get_message_id(self) -> Any:
+        """The spout message id (for Kafka: ``(topic, partition, offset)``)."""
+        return self.message_id
+
+
+def _typed(t: Tuple, i: int, kind: type | tuple[type, ...]) -> Any:
+    value = t.values[i]
+    if kind is int and isinstance(value, bool) or not isinstance(value, kind):
+        name = t.fields[i] if i < len(t.fields) else i
+        raise TypeError(
+            f"field {name!r} of tuple from {t.source_component!r} is "
+            f"{type(value).__name__} {value!r}, not {getattr(kind, '__name__', kind)}"
+        )
+    return value

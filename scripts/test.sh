@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# The whole test suite (unit + integration) on a fresh machine: installs what it needs
+# (the package with its dev extras, redis-server and a JRE when missing), then runs pytest.
+# Extra arguments go to pytest, e.g. `bash scripts/test.sh tests/` for the unit tests only.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need=()
+command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
+command -v java >/dev/null 2>&1 || need+=(openjdk-17-jre-headless)
+if [ ${#need[@]} -gt 0 ]; then
+  sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  echo "installing ${need[*]} with apt-get"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need[@]}"
+fi
+
+python3 -m pip install -q --disable-pip-version-check -e ".[dev]"
+export PYSPARK_PYTHON="$(python3 -c 'import sys; print(sys.executable)')"
+exec python3 -m pytest "$@"
