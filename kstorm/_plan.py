@@ -62,6 +62,7 @@ class Stage:
     partitioning: Partitioning = Partitioning(PartitionKind.KEEP)
     stateful: bool = False
     raw_spout: str | None = None       # input is the raw rows of this spout
+    native_window: bool = False        # a built-in windowed aggregate (Arrow, commit phase)
 
     @property
     def is_source(self) -> bool:
@@ -113,6 +114,9 @@ def compile_plan(topology: StormTopology) -> Plan:
                 raise TopologyError(f"bolt {spec.id!r} subscribes to sink {g.component!r}; "
                                     "sinks run in the commit phase and emit nothing")
         raw = _raw_spout_input(inputs, stages)
+        native = bool(getattr(spec.component, "is_native_window", False))
+        if native:
+            _check_native_window(spec.id, inputs, raw, topology, stages)
         stage = Stage(
             index=len(stages),
             head=spec.id,
@@ -121,17 +125,37 @@ def compile_plan(topology: StormTopology) -> Plan:
             partitioning=_partitioning(spec.inputs, spec.parallelism),
             stateful=isinstance(spec.component, BaseStatefulBolt),
             raw_spout=raw,
+            native_window=native,
         )
         stages.append(stage)
         stage_of[spec.id] = stage.index
     return Plan(stages, stage_of, sinks)
 
 
+def _check_native_window(cid: str, inputs: list[tuple[Grouping, int]], raw: str | None,
+                         topology: StormTopology, stages: list[Stage]) -> None:
+    from kstorm.errors import TopologyError
+
+    if raw is None:
+        raise TopologyError(
+            f"windowed aggregate {cid!r} must subscribe to exactly one spout: it reads the "
+            "spout's partitions in offset order to decide which tuples are late")
+    for other in stages:
+        if other.native_window and other.raw_spout == raw:
+            raise TopologyError(f"spout {raw!r} feeds two windowed aggregates ({other.head!r} "
+                                f"and {cid!r}); one per spout is supported")
+    for consumer, _ in topology.consumers(cid):
+        if not getattr(topology.components[consumer].component, "is_sink", False):
+            raise TopologyError(
+                f"windowed aggregate {cid!r} feeds bolt {consumer!r}: its results are "
+                "produced in the commit phase, so only sinks can consume them")
+
+
 def _fusable_stage(inputs: tuple[Grouping, ...], component: object, stage_of: dict[str, int],
                    stages: list[Stage]) -> int | None:
     if len(inputs) != 1 or inputs[0].kind.repartitions:
         return None
-    if isinstance(component, BaseStatefulBolt):
+    if isinstance(component, BaseStatefulBolt) or getattr(component, "is_native_window", False):
         return None
     upstream = stage_of[inputs[0].component]
     if upstream == DRIVER or stages[upstream].is_source:

@@ -7,9 +7,13 @@ For batch ``batch_id`` (Storm's txid):
    before the batch ran, so a replay carries the same offsets).
 3. Fold the stages' metrics into the topology's progress.
 4. Write dead letters (undecodable records, tuples whose bolt raised) with their reasons.
-5. Commit each sink, in topology order, with its tuples, the batch id and the offsets.
+5. Fold the batch's partials into each windowed aggregate; the windows the watermark
+   passed become tuples for the aggregate's sinks.
+6. Commit each sink, in topology order, with its tuples, the batch id and the offsets.
    Sinks make this step idempotent per batch id (see ``kstorm/sink.py``).
-6. Record captured emissions (testing).
+7. Persist each windowed aggregate's state under the batch id (a replay of this batch
+   reloads the state of the batch before, so it closes the same windows).
+8. Record captured emissions (testing).
 
 Spark writes the batch to its commit log only after this function returns; a crash before
 that replays the same batch id with the same offsets, and the sinks skip or recompute it.
@@ -33,6 +37,7 @@ from kstorm._executor import CAPTURE_DEST
 from kstorm._ids import DEAD_LETTER_STREAM
 from kstorm._progress import Progress
 from kstorm._spark.stage import METRICS_DEST
+from kstorm._spark.windowed import window_dest
 from kstorm.component import TopologyContext
 from kstorm.sink import BaseSink
 from kstorm.topology import StormTopology
@@ -62,7 +67,8 @@ class CommitPhase:
 
     def __init__(self, topology: StormTopology, name: str, checkpoint: Path,
                  sinks: dict[str, BaseSink], conf: dict[str, Any], progress: Progress,
-                 dead_letters: DeadLetterWriter) -> None:
+                 dead_letters: DeadLetterWriter, windows: dict[str, Any] | None = None
+                 ) -> None:
         self.topology = topology
         self.name = name
         self.checkpoint = checkpoint
@@ -70,6 +76,7 @@ class CommitPhase:
         self.conf = conf
         self.progress = progress
         self.dead_letters = dead_letters
+        self.windows = windows or {}
         self.captured: list[tuple[str, str, list[Any]]] = []
         self._opened = False
         self._spouts = [s.id for s in topology.spouts()]
@@ -97,12 +104,26 @@ class CommitPhase:
         dead = by_dest.pop(DEAD_LETTER_STREAM, _EMPTY)
         self.dead_letters.write(batch_id, [as_record(pickle.loads(v))
                                            for v in dead.column("__vals").to_pylist()])
-        # Step 5: sinks, in topology order.
+        # Step 5: windowed aggregates fold the batch in and emit the windows that closed.
+        extra: dict[str, list[Tuple]] = defaultdict(list)
+        persist = []
+        for component, windows in self.windows.items():
+            rows = by_dest.pop(window_dest(component), _EMPTY)
+            results, state = windows.commit(batch_id, rows.column("__vals").to_pylist())
+            persist.append((windows, state))
+            fields = self.topology.components[component].streams["default"]
+            for consumer, _ in self.topology.consumers(component, "default"):
+                extra[consumer].extend(Tuple(v, fields, component) for v in results)
+            self.progress.add_counters({f"{component}.windows": len(results)})
+        # Step 6: sinks, in topology order.
         captured = by_dest.pop(CAPTURE_DEST, _EMPTY)
         for sink_id, sink in self.sinks.items():
             rows = by_dest.pop(sink_id, _EMPTY)
-            sink.commit(batch_id, self._tuples(rows), offsets)
-        # Step 6: captured emissions (testing).
+            sink.commit(batch_id, self._tuples(rows) + extra.get(sink_id, []), offsets)
+        # Step 7: the windows' state after this batch (a replay restarts from the previous).
+        for windows, state in persist:
+            windows.persist(batch_id, state)
+        # Step 8: captured emissions (testing).
         for src, stream, vals in zip(captured.column("__src").to_pylist(),
                                      captured.column("__stream").to_pylist(),
                                      captured.column("__vals").to_pylist(), strict=True):

@@ -17,6 +17,7 @@ The union of the leaf stages is what the commit phase (``foreachBatch``) receive
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -26,6 +27,7 @@ from kstorm._plan import DRIVER, PartitionKind, Plan, Stage
 from kstorm._spark.envelope import ENVELOPE_DDL
 from kstorm._spark.sources import read_spout
 from kstorm._spark.stage import StageContext, StageRunner, stateful_processor
+from kstorm._spark.windowed import WindowStageRunner
 from kstorm.errors import TopologyError
 from kstorm.topology import StormTopology
 
@@ -39,8 +41,8 @@ class CompiledQuery:
 
 
 def compile_query(spark: SparkSession, topology: StormTopology, plan: Plan, name: str,
-                  conf: dict[str, Any], settings: Any) -> CompiledQuery:
-    """Build the streaming DataFrames of ``plan``."""
+                  conf: dict[str, Any], settings: Any, state_dir: Path) -> CompiledQuery:
+    """Build the streaming DataFrames of ``plan`` (``state_dir``: kstorm's driver state)."""
     raw: dict[int, DataFrame] = {}
     env: dict[int, DataFrame] = {}
     readers = _envelope_readers(plan, topology)
@@ -48,13 +50,23 @@ def compile_query(spark: SparkSession, topology: StormTopology, plan: Plan, name
 
     for stage in plan.stages:
         if stage.is_source:
-            raw[stage.index] = read_spout(spark, topology.components[stage.head], settings)
+            window = next((s.head for s in plan.stages
+                           if s.native_window and s.raw_spout == stage.head), None)
+            pmax_file = (str(state_dir / "pmax" / f"{window}.json") if window else None)
+            raw[stage.index] = read_spout(spark, topology.components[stage.head], settings,
+                                          pmax_file)
             if readers[stage.index] or _feeds_sink(stage, topology, plan):
                 ctx = _context(topology, plan, stage, name, conf, carrier=True)
                 env[stage.index] = raw[stage.index].mapInArrow(StageRunner(ctx), ENVELOPE_DDL)
             continue
         carrier = _is_raw_carrier(stage, plan, readers, topology)
         ctx = _context(topology, plan, stage, name, conf, carrier=carrier)
+        if stage.native_window:
+            # offset order within each partition decides lateness: no exchange before it
+            spec = topology.components[stage.head].component.spec()
+            env[stage.index] = raw[stage.inputs[0][1]].mapInArrow(
+                WindowStageRunner(ctx, spec), ENVELOPE_DDL)
+            continue
         if stage.raw_spout is not None:
             frame = _partition_raw(raw[stage.inputs[0][1]], stage, topology)
         else:

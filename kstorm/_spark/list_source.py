@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import json
 import pickle
 from collections.abc import Iterator
 from typing import Any
@@ -27,6 +28,7 @@ class _Reader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.batches: list[list[list[Any]]] = spec["batches"]
         self.schema: pa.Schema = spec["schema"]
         self.partitions_per_batch: int = spec["partitions"]
+        self.pmax_file: str | None = spec.get("pmax_file")
         self.target: int | None = None
 
     def initialOffset(self) -> dict:
@@ -40,27 +42,32 @@ class _Reader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         end = self.target if self.target is not None else len(self.batches)
-        if isinstance(limit, ReadAllAvailable):
-            return {"batch": end}
-        return {"batch": min(int(start["batch"]) + 1, end)}
+        if not isinstance(limit, ReadAllAvailable):
+            end = min(int(start["batch"]) + 1, end)
+        if end == int(start["batch"]):
+            return start
+        return {"batch": end, **stream_clocks(self.pmax_file)}
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+        pmax = end.get("pmax", {}).get("0")
         parts = []
         for b in range(int(start["batch"]), int(end["batch"])):
             rows = len(self.batches[b])
             n = max(1, min(self.partitions_per_batch, rows))
             step = -(-rows // n) if rows else 0
-            parts += [InputPartition((b, i * step, min(rows, (i + 1) * step))) for i in range(n)]
+            parts += [InputPartition((b, i * step, min(rows, (i + 1) * step), pmax))
+                      for i in range(n)]
         return parts
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        b, lo, hi = partition.value
+        b, lo, hi, pmax = partition.value
         rows = self.batches[b][lo:hi]
-        names = [f.name for f in self.schema if f.name != "__msgid"]
+        names = [f.name for f in self.schema if not f.name.startswith("__")]
         columns = [pa.array([r[i] for r in rows], type=self.schema.field(n).type)
                    for i, n in enumerate(names)]
         ids = pa.array([f"{b}:{i}" for i in range(lo, hi)], pa.string())
-        yield pa.RecordBatch.from_arrays([*columns, ids], schema=self.schema)
+        extra = [pa.array([pmax] * len(rows), pa.int64())] if self.pmax_file else []
+        yield pa.RecordBatch.from_arrays([*columns, ids, *extra], schema=self.schema)
 
     def commit(self, end: dict) -> None:
         pass
@@ -81,12 +88,27 @@ class ListSource(DataSource):
         return _Reader(dict(self.options))
 
 
+def stream_clocks(pmax_file: str | None) -> dict[str, Any]:
+    """``{"pmax": {stream: latest ts}}`` after the last committed batch, to record with the
+    next batch's offsets (so a replay flags the same late tuples); empty if none yet."""
+    if not pmax_file:
+        return {}
+    try:
+        with open(pmax_file) as f:
+            return {"pmax": json.load(f)["latest"]}
+    except FileNotFoundError:
+        return {}
+
+
 def read_list_spout(spark: SparkSession, batches: list[list[list[Any]]], schema: pa.Schema,
-                    partitions: int) -> DataFrame:
+                    partitions: int, pmax_file: str | None = None) -> DataFrame:
     """A streaming DataFrame over ``batches`` (rows typed by ``schema`` + ``__msgid``)."""
     spark.dataSource.register(ListSource)
     full = schema.append(pa.field("__msgid", pa.string()))
+    if pmax_file:
+        full = full.append(pa.field("__pmax0", pa.int64()))
     spec = base64.b64encode(pickle.dumps(
-        {"batches": batches, "schema": full, "partitions": partitions})).decode()
+        {"batches": batches, "schema": full, "partitions": partitions,
+         "pmax_file": pmax_file})).decode()
     return (spark.readStream.format(NAME).schema(from_arrow_schema(full))
             .option("spec", spec).load())

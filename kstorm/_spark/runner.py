@@ -12,6 +12,7 @@ from kstorm._progress import Progress
 from kstorm._spark.commit import CommitPhase
 from kstorm._spark.compiler import compile_query
 from kstorm._spark.session import get_session
+from kstorm._spark.windowed import WindowCommit
 from kstorm.config import TopologyConfig, TriggerMode
 from kstorm.runtime import TopologyHandle
 from kstorm.topology import StormTopology
@@ -26,11 +27,15 @@ def start(name: str, conf: dict[str, Any], topology: StormTopology) -> TopologyH
     spark = get_session(settings)
     checkpoint = settings.checkpoint_for(name)
     checkpoint.mkdir(parents=True, exist_ok=True)
-    compiled = compile_query(spark, topology, plan, name, conf, settings)
+    state_dir = checkpoint / "kstorm"
+    compiled = compile_query(spark, topology, plan, name, conf, settings, state_dir)
     sinks = {sid: copy.deepcopy(topology.components[sid].component) for sid in plan.sinks}
     dlq_topic = settings.dead_letter_topic or f"{name}.dead-letters"
+    windows = {s.head: WindowCommit(s.head, topology.components[s.head].component.spec(),
+                                    state_dir)
+               for s in plan.stages if s.native_window}
     commit = CommitPhase(topology, name, checkpoint, sinks, conf, Progress(),
-                         DeadLetterWriter(name, settings.bootstrap_servers, dlq_topic))
+                         DeadLetterWriter(name, settings.bootstrap_servers, dlq_topic), windows)
     writer = (compiled.output.writeStream.foreachBatch(commit)
               .option("checkpointLocation", str(checkpoint)).queryName(name))
     if settings.trigger is TriggerMode.AVAILABLE_NOW:

@@ -10,7 +10,8 @@ from kstorm.errors import ConfigError, TopologyError
 from kstorm.topology import ComponentSpec
 
 
-def read_spout(spark: SparkSession, spec: ComponentSpec, settings: Any) -> DataFrame:
+def read_spout(spark: SparkSession, spec: ComponentSpec, settings: Any,
+               pmax_file: str | None = None) -> DataFrame:
     """The raw rows of spout ``spec`` (its output fields, plus ids and error columns)."""
     from kstorm.kafka_spout import KafkaSpout
     from kstorm.testing import ListSpout
@@ -29,7 +30,7 @@ def read_spout(spark: SparkSession, spec: ComponentSpec, settings: Any) -> DataF
     if isinstance(spout, ListSpout):
         from kstorm._spark.list_source import read_list_spout
 
-        return read_list_spout(spark, spout.batches, spout.schema, spout.partitions)
+        return read_list_spout(spark, spout.batches, spout.schema, spout.partitions, pmax_file)
     raise TopologyError(
         f"spout {spec.id!r} is a {type(spout).__name__}: kstorm runs replayable spouts "
         "(KafkaSpout, kstorm.testing.ListSpout), whose batches are fixed before they run")

@@ -1,0 +1,155 @@
+"""The Spark runtime end to end on a real SparkSession, fed by ListSpout (no broker)."""
+
+import datetime as dt
+from collections import Counter
+
+import pytest
+
+from kstorm import (
+    BaseBasicBolt,
+    BaseStatefulBolt,
+    Fields,
+    TopologyBuilder,
+    submit_topology,
+)
+from kstorm.testing import CaptureSink, ListSpout, run_to_completion
+from kstorm.windowing import Duration
+from kstorm.windowing.aggregate import Agg, WindowedAggregate
+
+pytestmark = pytest.mark.integration
+
+
+class Split(BaseBasicBolt):
+    def declare_output_fields(self, d):
+        d.declare(Fields("word"))
+
+    def execute(self, t, c):
+        for w in t.get_string(0).split():
+            if w == "boom":
+                raise ValueError("boom is not a word")
+            c.emit([w])
+
+
+class Count(BaseStatefulBolt):
+    def init_state(self, state):
+        self.state = state
+
+    def prepare(self, conf, context, collector):
+        self.collector = collector
+
+    def declare_output_fields(self, d):
+        d.declare(Fields("word", "count"))
+
+    def execute(self, t):
+        word = t.get_value_by_field("word")
+        n = self.state.get(word, 0) + 1
+        self.state.put(word, n)
+        self.collector.emit([word, n], anchors=t)
+        self.collector.ack(t)
+
+
+BATCHES = [[("the cat sat",), ("the dog",)], [("a cat",), ("boom the end",)], [("cat cat",)]]
+
+
+def word_count(batches=BATCHES):
+    b = TopologyBuilder()
+    b.set_spout("lines", ListSpout(batches, Fields("sentence"), partitions=2))
+    b.set_bolt("split", Split(), 2).shuffle_grouping("lines")
+    b.set_bolt("count", Count(), 3).fields_grouping("split", Fields("word"))
+    b.set_bolt("out", CaptureSink()).global_grouping("count")
+    return b.create_topology()
+
+
+def expected(batches):
+    words = Counter(w for batch in batches for (s,) in batch if "boom" not in s for w in s.split())
+    return dict(words)
+
+
+def test_word_count_state_spans_batches(spark, tmp_path):
+    result = run_to_completion(word_count(), {"kstorm.checkpoint.dir": str(tmp_path / "cp")})
+    final = {}
+    for word, n in result.sinks["out"].values:
+        final[word] = max(final.get(word, 0), n)
+    assert final == expected(BATCHES)
+    # one micro-batch per list batch, each committed once, in order
+    assert sorted(result.sinks["out"].batches) == [0, 1, 2]
+    # the bad sentence became a dead letter naming the bolt and the error; the rest went on
+    assert [d["component"] for d in result.dead_letters] == ["split"]
+    assert result.dead_letters[0]["error_type"] == "ValueError"
+    assert result.progress["components"]["split"]["executed"] == 5
+    assert sorted(result.emitted["split"]["default"]) == sorted(
+        [[w] for batch in BATCHES for (s,) in batch if "boom" not in s for w in s.split()])
+
+
+def test_restart_from_checkpoint_continues_state(spark, tmp_path):
+    cp = str(tmp_path / "cp")
+    first = run_to_completion(word_count(BATCHES[:2]), {"kstorm.checkpoint.dir": cp})
+    assert sorted(first.sinks["out"].batches) == [0, 1]
+    second = run_to_completion(word_count(BATCHES), {"kstorm.checkpoint.dir": cp})
+    # only the new list batch ran, and the counts continued from the saved state
+    assert sorted(second.sinks["out"].batches) == [2]
+    assert sorted(map(tuple, second.sinks["out"].values)) == [("cat", 3), ("cat", 4)]
+
+
+def test_seed_004_worked_example(spark, tmp_path):
+    def at(h, m, s):
+        return (h * 3600 + m * 60 + s) * 1000
+
+    batch1 = [("e1", at(6, 0, 3)), ("e2", at(6, 0, 5)), ("e3", at(6, 0, 7)),
+              ("e4", at(6, 0, 18)), ("e5", at(6, 0, 26)), ("e6", at(6, 0, 36))]
+    batch2 = [("e7", at(8, 0, 25)), ("e8", at(8, 0, 26)), ("e9", at(8, 0, 27)),
+              ("e10", at(8, 0, 39))]
+    agg = (WindowedAggregate(count=Agg.count(), first=Agg.min("ts"), last=Agg.max("ts"))
+           .with_window(Duration.seconds(20), Duration.seconds(10))
+           .with_timestamp_field("ts").with_lag(Duration.seconds(5)))
+    b = TopologyBuilder()
+    b.set_spout("events", ListSpout([batch1, batch2], Fields("id", "ts")))
+    b.set_bolt("windows", agg).shuffle_grouping("events")
+    b.set_bolt("out", CaptureSink()).shuffle_grouping("windows")
+    result = run_to_completion(b.create_topology(), {"kstorm.checkpoint.dir": str(tmp_path)})
+
+    def clock(ms):
+        return str(dt.timedelta(milliseconds=ms))
+
+    got = {bid: [(clock(s), clock(e), n, clock(lo), clock(hi)) for s, e, n, lo, hi in
+                 (t.values for t in tuples)]
+           for bid, tuples in result.sinks["out"].batches.items() if tuples}
+    assert got == {
+        # w1 = 6:00:31: e1..e5 evaluated, e6 held back
+        0: [("5:59:50", "6:00:10", 3, "6:00:03", "6:00:07"),
+            ("6:00:00", "6:00:20", 4, "6:00:03", "6:00:18"),
+            ("6:00:10", "6:00:30", 2, "6:00:18", "6:00:26")],
+        # w2 = 8:00:34: e6 from the earlier batch, e7..e9; e10 held back
+        1: [("6:00:20", "6:00:40", 2, "6:00:26", "6:00:36"),
+            ("6:00:30", "6:00:50", 1, "6:00:36", "6:00:36"),
+            ("8:00:10", "8:00:30", 3, "8:00:25", "8:00:27")],
+    }
+
+
+def test_late_tuples_are_counted_and_routed(spark, tmp_path):
+    # lag 2 s: after t=20 s arrives, anything before 18 s is late
+    rows = [[("k", 1000), ("k", 20_000), ("k", 17_000), ("k", 19_000)], [("k", 5_000),
+                                                                          ("k", 40_000)]]
+    agg = (WindowedAggregate(key="key", n=Agg.count())
+           .with_tumbling_window(Duration.seconds(10)).with_timestamp_field("ts")
+           .with_lag(Duration.seconds(2)).with_late_tuple_stream("late"))
+    b = TopologyBuilder()
+    b.set_spout("events", ListSpout(rows, Fields("key", "ts")))
+    b.set_bolt("w", agg).fields_grouping("events", Fields("key"))
+    b.set_bolt("out", CaptureSink()).shuffle_grouping("w")
+    b.set_bolt("late", CaptureSink()).shuffle_grouping("w", stream="late")
+    result = run_to_completion(b.create_topology(), {"kstorm.checkpoint.dir": str(tmp_path)})
+    late = [t.values[0] for t in result.sinks["late"].tuples]
+    assert sorted(r["ts"] for r in late) == [5_000, 17_000]  # each late tuple once
+    assert result.progress["components"]["w"]["late"] == 2
+    # late tuples are in no window; watermark 38 s closes (0,10], (10,20] and (20,30]
+    assert result.sinks["out"].values == [["k", 0, 10_000, 1], ["k", 10_000, 20_000, 2]]
+
+
+def test_submit_topology_handle(spark, tmp_path):
+    handle = submit_topology("handle-test", {"kstorm.checkpoint.dir": str(tmp_path),
+                                             "kstorm.trigger": "available-now"}, word_count())
+    assert handle.await_termination(300)
+    assert not handle.is_active
+    assert handle.progress["batches"] == 3
+    handle.stop()  # stopping a finished topology is harmless

@@ -1,0 +1,241 @@
+"""The Kafka spout as a PySpark streaming data source (``format("kstorm_kafka")``).
+
+A micro-batch is a Storm transaction (seed 002): Spark asks :meth:`latestOffset` where the
+next batch ends, writes ``{topic: {"partition": next_offset}}`` to its offset log, then plans
+one read task per topic-partition range (:meth:`partitions`) and runs them on executors
+(:meth:`read`). A replayed batch has the same offsets, so it reads the same records.
+
+The reader object is created on the driver and pickled to executors: it holds only plain
+values. Kafka clients are created inside the methods (driver clients are cached in
+``kstorm._kafka``, executor consumers live for one read task).
+
+Example:
+    >>> df = read_stream(spark, KafkaSpout("clicks", bootstrap_servers="127.0.0.1:9092"))
+    ... # doctest: +SKIP
+    >>> df.writeStream.format("memory").queryName("clicks").start()  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from typing import cast
+
+import pyarrow as pa
+from confluent_kafka import Consumer
+from pyspark import cloudpickle
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import StructType
+
+from kstorm import _kafka
+from kstorm._kafka_fetch import read_range
+from kstorm._kafka_offsets import (
+    OffsetRange,
+    Offsets,
+    TopicPartition,
+    from_json,
+    plan_end,
+    split_ranges,
+    to_json,
+)
+from kstorm.errors import ConfigError
+from kstorm.kafka_spout import EARLIEST, LATEST, KafkaSpout
+
+FORMAT = "kstorm_kafka"
+Marks = tuple[int, int]  # (low, high) watermark
+log = logging.getLogger("kstorm.kafka")
+
+
+def spark_schema(spout: KafkaSpout) -> StructType:
+    """The Spark schema of the rows ``spout`` produces (from its Arrow schema)."""
+    return from_arrow_schema(spout.arrow_schema())
+
+
+class KafkaInputPartition(InputPartition):
+    """One read task: an :class:`OffsetRange` of one topic-partition."""
+
+    def __init__(self, task: OffsetRange) -> None:
+        super().__init__(task)
+
+
+class KafkaDataSource(DataSource):
+    """``spark.readStream.format("kstorm_kafka")``; options come from ``KafkaSpout``."""
+
+    @classmethod
+    def name(cls) -> str:
+        """The format name."""
+        return FORMAT
+
+    def schema(self) -> StructType:
+        """Schema derived from the spout's serdes and the Kafka metadata fields."""
+        return spark_schema(KafkaSpout.from_options(self.options))
+
+    def streamReader(self, schema: StructType) -> KafkaStreamReader:
+        """A stream reader for the spout in the options."""
+        return KafkaStreamReader(KafkaSpout.from_options(self.options), schema)
+
+
+class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Plans batches of Kafka offsets and reads them (see the module docstring)."""
+
+    def __init__(self, spout: KafkaSpout, schema: StructType) -> None:
+        if spout.bootstrap_servers is None:
+            msg = "kafka spout: bootstrap_servers is not set; use KafkaSpout.with_bootstrap()"
+            raise ConfigError(msg)
+        self.spout = spout
+        self.bootstrap: str = spout.bootstrap_servers
+        self.arrow_schema = to_arrow_schema(schema, timezone="UTC")
+        # Driver-only bookkeeping (plain values; the reader is pickled to executors).
+        self._known: list[TopicPartition] = []
+        self._discovered_at: float | None = None
+        self._target: Offsets | None = None
+        self._latest: Offsets | None = None
+        self._committed: dict | None = None  # last offsets told to the consumer group
+
+    # -- driver: offsets -------------------------------------------------------------------
+
+    def initialOffset(self) -> dict:
+        """Start offsets per ``starting_offsets`` (clamped to what the brokers still hold)."""
+        partitions = self._discover(force=True)
+        low = {tp: lo for tp, (lo, _) in self._watermarks(partitions).items()}
+        start = self.spout.starting_offsets
+        if start == "earliest":
+            return to_json(low)
+        if start == "latest":
+            return to_json(self._latest_offsets(partitions))
+        if start == "group":
+            group = _kafka.driver_consumer(
+                self.bootstrap, self.spout.consumer_config, self.spout.group_id
+            )
+            committed = _kafka.committed_offsets(group, partitions)
+            chosen = {tp: committed.get(tp) for tp in partitions}
+        else:  # an explicit {topic: {partition: offset}} map (validated by KafkaSpout)
+            explicit = cast(Mapping[str, Mapping[int, int]], start)
+            chosen = {(t, p): explicit.get(t, {}).get(p) for t, p in partitions}
+            if any(v == LATEST for v in chosen.values()):
+                latest = self._latest_offsets(partitions)
+                chosen = {tp: latest[tp] if v == LATEST else v for tp, v in chosen.items()}
+        offsets: Offsets = {}
+        for tp, offset in chosen.items():
+            if offset is not None and offset != EARLIEST and offset < low[tp]:
+                log.warning(
+                    "kafka spout: %s[%s] start %s was deleted; starting at %s", *tp, offset, low[tp]
+                )
+            offsets[tp] = low[tp] if offset is None or offset == EARLIEST else max(offset, low[tp])
+        return to_json(offsets)
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        """``ReadMaxRows(max_offsets_per_batch)``, or everything available."""
+        cap = self.spout.max_offsets_per_batch
+        return ReadAllAvailable() if cap is None else ReadMaxRows(cap)
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        """End of the next batch: confirmed ends, capped fairly; new partitions join.
+
+        ``start`` is the end of the last batch Spark completed (batches run one at a time),
+        so it is also what the consumer group is told (Spark's own ``commit`` call for a
+        batch only comes when the *next* batch is planned, which never happens for the last
+        batch of an available-now run).
+        """
+        self._commit_group(start)
+        begin = from_json(start)
+        partitions = sorted(set(begin) | set(self._discover()))
+        marks = self._watermarks(partitions)
+        latest = _kafka.latest_offsets(
+            self._consumer(),
+            {tp: hi for tp, (_, hi) in marks.items()},
+            begin,
+            bootstrap=self.bootstrap,
+        )
+        earliest = {tp: lo for tp, (lo, _) in marks.items() if tp not in begin}
+        cap = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        self._latest = latest
+        return to_json(plan_end(begin, latest, earliest, cap, self._target))
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        """Fix the target: the batches of an available-now run stop at today's ends."""
+        self._target = self._latest_offsets(self._discover(force=True))
+
+    def reportLatestOffset(self) -> dict | None:
+        """The ends seen by the last :meth:`latestOffset` (for query progress)."""
+        return None if self._latest is None else to_json(self._latest)
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        """One read task per non-empty range (split by ``max_offsets_per_task``)."""
+        ranges = split_ranges(from_json(start), from_json(end), self.spout.max_offsets_per_task)
+        return [KafkaInputPartition(task) for task in ranges]
+
+    def commit(self, end: dict) -> None:
+        """Record progress in the consumer group (if any) without joining it; never fails."""
+        self._commit_group(end)
+
+    # -- executors -------------------------------------------------------------------------
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """The records of one range as Arrow batches with the query's schema."""
+        task = partition.value
+        for batch in read_range(self.spout, task):
+            yield batch if batch.schema.equals(self.arrow_schema) else batch.cast(self.arrow_schema)
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _consumer(self) -> Consumer:
+        return _kafka.driver_consumer(self.bootstrap, self.spout.consumer_config)
+
+    def _commit_group(self, offsets: dict) -> None:
+        if self.spout.group_id is None or offsets == self._committed:
+            return
+        group = _kafka.driver_consumer(
+            self.bootstrap, self.spout.consumer_config, self.spout.group_id
+        )
+        if _kafka.commit_offsets(group, from_json(offsets)):
+            self._committed = offsets
+
+    def _discover(self, force: bool = False) -> list[TopicPartition]:
+        now = time.monotonic()
+        due = self._discovered_at is None or (
+            now - self._discovered_at >= self.spout.metadata_refresh_secs
+        )
+        if force or due:
+            self._known = _kafka.partitions_of(self._consumer(), self.spout.subscribes)
+            self._discovered_at = now
+            missing = set(self.spout.topics or ()) - {topic for topic, _ in self._known}
+            if missing and force:
+                log.warning("kafka spout: topic(s) %s do not exist (yet)", sorted(missing))
+        return self._known
+
+    def _watermarks(self, partitions: list[TopicPartition]) -> dict[TopicPartition, Marks]:
+        return _kafka.watermarks(self._consumer(), partitions)
+
+    def _latest_offsets(self, partitions: list[TopicPartition]) -> Offsets:
+        marks = self._watermarks(partitions)
+        return _kafka.latest_offsets(
+            self._consumer(),
+            {tp: hi for tp, (_, hi) in marks.items()},
+            bootstrap=self.bootstrap,
+        )
+
+
+def register(spark: SparkSession) -> None:
+    """Register the ``kstorm_kafka`` format with ``spark`` (idempotent)."""
+    spark.dataSource.register(KafkaDataSource)
+
+
+def read_stream(spark: SparkSession, spout: KafkaSpout) -> DataFrame:
+    """A streaming DataFrame of ``spout``'s records (columns: ``spout.arrow_schema()``)."""
+    register(spark)
+    return (
+        spark.readStream.format(FORMAT)
+        .schema(spark_schema(spout))
+        .options(**spout.to_options(dumps=cloudpickle.dumps))
+        .load()
+    )
