@@ -32,6 +32,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from kstorm._clocks import without_clocks
 from kstorm._deadletter import DeadLetterWriter, as_record
 from kstorm._executor import CAPTURE_DEST
 from kstorm._ids import DEAD_LETTER_STREAM
@@ -58,7 +59,7 @@ def batch_offsets(checkpoint: Path, batch_id: int, spouts: list[str]) -> dict[st
     except FileNotFoundError:
         return {}
     sources = [json.loads(line) if line.strip() not in ("", "-") else None for line in lines[2:]]
-    return {spout: offsets for spout, offsets in zip(spouts, sources, strict=False)
+    return {spout: without_clocks(offsets) for spout, offsets in zip(spouts, sources, strict=False)
             if offsets is not None}
 
 

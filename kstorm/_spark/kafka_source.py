@@ -37,6 +37,7 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from kstorm import _kafka
+from kstorm._clocks import CLOCKS_KEY, stream_clocks
 from kstorm._kafka_fetch import read_range
 from kstorm._kafka_offsets import (
     OffsetRange,
@@ -53,6 +54,8 @@ from kstorm.kafka_spout import EARLIEST, LATEST, KafkaSpout
 FORMAT = "kstorm_kafka"
 Marks = tuple[int, int]  # (low, high) watermark
 log = logging.getLogger("kstorm.kafka")
+CLOCKS_OPTION = "kstorm.clocks_file"
+CLOCK_COLUMN = "__pmax0"
 
 
 def spark_schema(spout: KafkaSpout) -> StructType:
@@ -61,10 +64,14 @@ def spark_schema(spout: KafkaSpout) -> StructType:
 
 
 class KafkaInputPartition(InputPartition):
-    """One read task: an :class:`OffsetRange` of one topic-partition."""
+    """One read task: an :class:`OffsetRange` of one topic-partition.
 
-    def __init__(self, task: OffsetRange) -> None:
-        super().__init__(task)
+    ``clock`` is the partition's latest event timestamp before the range, recorded with the
+    batch's offsets when a windowed aggregate reads this spout (None otherwise or unknown).
+    """
+
+    def __init__(self, task: OffsetRange, clock: int | None = None) -> None:
+        super().__init__((task, clock))
 
 
 class KafkaDataSource(DataSource):
@@ -81,17 +88,20 @@ class KafkaDataSource(DataSource):
 
     def streamReader(self, schema: StructType) -> KafkaStreamReader:
         """A stream reader for the spout in the options."""
-        return KafkaStreamReader(KafkaSpout.from_options(self.options), schema)
+        return KafkaStreamReader(KafkaSpout.from_options(self.options), schema,
+                                 self.options.get(CLOCKS_OPTION))
 
 
 class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Plans batches of Kafka offsets and reads them (see the module docstring)."""
 
-    def __init__(self, spout: KafkaSpout, schema: StructType) -> None:
+    def __init__(self, spout: KafkaSpout, schema: StructType,
+                 clocks_file: str | None = None) -> None:
         if spout.bootstrap_servers is None:
             msg = "kafka spout: bootstrap_servers is not set; use KafkaSpout.with_bootstrap()"
             raise ConfigError(msg)
         self.spout = spout
+        self.clocks_file = clocks_file
         self.bootstrap: str = spout.bootstrap_servers
         self.arrow_schema = to_arrow_schema(schema, timezone="UTC")
         # Driver-only bookkeeping (plain values; the reader is pickled to executors).
@@ -159,7 +169,10 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         earliest = {tp: lo for tp, (lo, _) in marks.items() if tp not in begin}
         cap = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         self._latest = latest
-        return to_json(plan_end(begin, latest, earliest, cap, self._target))
+        end = plan_end(begin, latest, earliest, cap, self._target)
+        if end == begin:
+            return start
+        return {**to_json(end), **stream_clocks(self.clocks_file)}
 
     def prepareForTriggerAvailableNow(self) -> None:
         """Fix the target: the batches of an available-now run stop at today's ends."""
@@ -171,8 +184,14 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         """One read task per non-empty range (split by ``max_offsets_per_task``)."""
+        clocks = end.get(CLOCKS_KEY, {})
+        if clocks and self.spout.max_offsets_per_task is not None:
+            msg = ("kafka spout: max_offsets_per_task cannot split partitions read by a "
+                   "windowed aggregate (lateness is decided in offset order)")
+            raise ConfigError(msg)
         ranges = split_ranges(from_json(start), from_json(end), self.spout.max_offsets_per_task)
-        return [KafkaInputPartition(task) for task in ranges]
+        return [KafkaInputPartition(task, clocks.get(f"{task.topic}/{task.partition}"))
+                for task in ranges]
 
     def commit(self, end: dict) -> None:
         """Record progress in the consumer group (if any) without joining it; never fails."""
@@ -182,8 +201,11 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """The records of one range as Arrow batches with the query's schema."""
-        task = partition.value
+        task, clock = partition.value
         for batch in read_range(self.spout, task):
+            if self.clocks_file is not None:
+                batch = batch.append_column(CLOCK_COLUMN, pa.array([clock] * batch.num_rows,
+                                                                   pa.int64()))
             yield batch if batch.schema.equals(self.arrow_schema) else batch.cast(self.arrow_schema)
 
     # -- helpers ---------------------------------------------------------------------------
@@ -230,12 +252,18 @@ def register(spark: SparkSession) -> None:
     spark.dataSource.register(KafkaDataSource)
 
 
-def read_stream(spark: SparkSession, spout: KafkaSpout) -> DataFrame:
-    """A streaming DataFrame of ``spout``'s records (columns: ``spout.arrow_schema()``)."""
+def read_stream(spark: SparkSession, spout: KafkaSpout,
+                clocks_file: str | None = None) -> DataFrame:
+    """A streaming DataFrame of ``spout``'s records (columns: ``spout.arrow_schema()``).
+
+    With ``clocks_file`` (written by a windowed aggregate's commit phase), each batch's
+    offsets also record the partitions' latest event timestamps, and rows carry the one of
+    their partition in ``__pmax0``.
+    """
     register(spark)
-    return (
-        spark.readStream.format(FORMAT)
-        .schema(spark_schema(spout))
-        .options(**spout.to_options(dumps=cloudpickle.dumps))
-        .load()
-    )
+    schema = spark_schema(spout)
+    options = spout.to_options(dumps=cloudpickle.dumps)
+    if clocks_file is not None:
+        schema = schema.add(CLOCK_COLUMN, "long")
+        options[CLOCKS_OPTION] = clocks_file
+    return spark.readStream.format(FORMAT).schema(schema).options(**options).load()

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import base64
-import json
 import pickle
 from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
+
+from kstorm._clocks import CLOCKS_KEY, stream_clocks
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.streaming.datasource import (
@@ -49,7 +50,7 @@ class _Reader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return {"batch": end, **stream_clocks(self.pmax_file)}
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
-        pmax = end.get("pmax", {}).get("0")
+        pmax = end.get(CLOCKS_KEY, {}).get("0")
         parts = []
         for b in range(int(start["batch"]), int(end["batch"])):
             rows = len(self.batches[b])
@@ -86,18 +87,6 @@ class ListSource(DataSource):
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
         return _Reader(dict(self.options))
-
-
-def stream_clocks(pmax_file: str | None) -> dict[str, Any]:
-    """``{"pmax": {stream: latest ts}}`` after the last committed batch, to record with the
-    next batch's offsets (so a replay flags the same late tuples); empty if none yet."""
-    if not pmax_file:
-        return {}
-    try:
-        with open(pmax_file) as f:
-            return {"pmax": json.load(f)["latest"]}
-    except FileNotFoundError:
-        return {}
 
 
 def read_list_spout(spark: SparkSession, batches: list[list[list[Any]]], schema: pa.Schema,

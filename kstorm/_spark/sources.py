@@ -26,7 +26,7 @@ def read_spout(spark: SparkSession, spec: ComponentSpec, settings: Any,
                     f"spout {spec.id!r}: no Kafka bootstrap servers: pass "
                     "KafkaSpout(bootstrap_servers=...) or set 'kafka.bootstrap.servers'")
             spout = spout.with_bootstrap(settings.bootstrap_servers)
-        return read_stream(spark, spout)
+        return read_stream(spark, spout, pmax_file)
     if isinstance(spout, ListSpout):
         from kstorm._spark.list_source import read_list_spout
 

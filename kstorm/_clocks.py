@@ -1,0 +1,39 @@
+"""Stream clocks recorded with each batch's offsets (driver side, plain files).
+
+A windowed aggregate's commit phase writes, after each batch, the latest event timestamp of
+every input stream (``topic/partition``). When the spout plans the next batch it records
+those clocks inside the batch's end offsets, which Spark writes to its offset log before the
+batch runs. A replayed batch therefore starts from exactly the clocks its first attempt saw,
+and flags exactly the same tuples as late.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+CLOCKS_KEY = "@clocks"  # not a legal Kafka topic name, so it never collides with offsets
+
+
+def read_clocks(path: str | None) -> dict[str, int]:
+    """The clocks in ``path`` (``{}`` if there is no file yet)."""
+    if not path:
+        return {}
+    try:
+        with open(path) as f:
+            return dict(json.load(f)["latest"])
+    except FileNotFoundError:
+        return {}
+
+
+def stream_clocks(path: str | None) -> dict[str, Any]:
+    """``{CLOCKS_KEY: clocks}`` to merge into a batch's end offsets, or ``{}``."""
+    clocks = read_clocks(path)
+    return {CLOCKS_KEY: clocks} if clocks else {}
+
+
+def without_clocks(offsets: Any) -> Any:
+    """A spout's offsets minus the recorded clocks (what sinks store per partition)."""
+    if isinstance(offsets, dict):
+        return {k: v for k, v in offsets.items() if k != CLOCKS_KEY}
+    return offsets

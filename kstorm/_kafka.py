@@ -1,0 +1,253 @@
+"""confluent-kafka helpers shared by the driver and the executors (no Spark here).
+
+Admin (topics, partitions), metadata, *confirmed* end offsets, consumer-group offsets.
+
+Confirmed end offsets: a broker's high watermark is the end of a partition on Apache Kafka,
+but the embedded broker (tansu) can report the base offset of the last record batch + 1
+instead. :func:`latest_offsets` therefore reads the tail of every partition whose high
+watermark moved past what is already known, and takes the offset the consumer reaches there.
+On Kafka this costs one small fetch per partition that has new data and nothing otherwise.
+
+Driver-side consumers are cached in this module (one per broker, group and settings) and
+created on first use, never stored on a pickled object.
+
+Example:
+    >>> create_topic("127.0.0.1:9092", "clicks", partitions=4)  # doctest: +SKIP
+    >>> latest_offsets(driver_consumer("127.0.0.1:9092"), [("clicks", 0)])  # doctest: +SKIP
+    {('clicks', 0): 0}
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException
+from confluent_kafka import TopicPartition as KafkaTopicPartition
+from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
+
+from kstorm._kafka_offsets import Offsets, TopicPartition
+from kstorm.errors import SourceError
+
+log = logging.getLogger("kstorm.kafka")
+ASSIGN_ONLY_GROUP = "kstorm-assign-only"  # never joined nor committed; librdkafka wants one
+TAIL_TIMEOUT = 2.0  # seconds a tail read may take before its answer is used as is
+_CACHE: dict[tuple[str, str, tuple[tuple[str, str], ...]], Consumer] = {}
+_KNOWN_ENDS: dict[tuple[str, str, int], int] = {}
+
+
+def client_config(bootstrap: str, extra: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Client settings for librdkafka: ``extra`` (the user's) over our defaults."""
+    return {"bootstrap.servers": bootstrap, "logger": log, **dict(extra or {})}
+
+
+def consumer_config(
+    bootstrap: str, extra: Mapping[str, str] | None = None, group_id: str | None = None
+) -> dict[str, Any]:
+    """Settings of a consumer that is assigned partitions and never joins its group."""
+    return {
+        "fetch.wait.max.ms": 10,
+        **client_config(bootstrap, extra),
+        "group.id": group_id or ASSIGN_ONLY_GROUP,
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "enable.partition.eof": True,
+        "auto.offset.reset": "error",
+    }
+
+
+def driver_consumer(
+    bootstrap: str, extra: Mapping[str, str] | None = None, group_id: str | None = None
+) -> Consumer:
+    """The cached driver consumer for these brokers, settings and group."""
+    key = (bootstrap, group_id or "", tuple(sorted((extra or {}).items())))
+    if key not in _CACHE:
+        _CACHE[key] = Consumer(consumer_config(bootstrap, extra, group_id))
+    return _CACHE[key]
+
+
+@atexit.register
+def close_driver_consumers() -> None:
+    """Close every cached driver consumer (also run at interpreter exit)."""
+    while _CACHE:
+        _, consumer = _CACHE.popitem()
+        try:
+            consumer.close()
+        except (KafkaException, RuntimeError):  # already closed or broker gone
+            pass
+
+
+# -- admin --------------------------------------------------------------------------------
+
+
+def create_topic(bootstrap: str, name: str, partitions: int = 1, *, timeout: float = 15.0) -> None:
+    """Create ``name`` with ``partitions`` partitions and wait until metadata shows them."""
+    admin = AdminClient(client_config(bootstrap))
+    futures = admin.create_topics([NewTopic(name, partitions, 1)], operation_timeout=timeout)
+    try:
+        futures[name].result(timeout)
+    except KafkaException as exc:
+        msg = f"could not create topic {name!r} with {partitions} partition(s) on {bootstrap}"
+        raise SourceError(msg) from exc
+    _await_partitions(admin, name, partitions, timeout)
+
+
+def add_partitions(bootstrap: str, name: str, total: int, *, timeout: float = 15.0) -> None:
+    """Grow ``name`` to ``total`` partitions (Apache Kafka; tansu 0.6 cannot)."""
+    admin = AdminClient(client_config(bootstrap))
+    futures = admin.create_partitions([NewPartitions(name, total)], operation_timeout=timeout)
+    try:
+        futures[name].result(timeout)
+    except KafkaException as exc:
+        unsupported = exc.args and exc.args[0].code() == KafkaError._UNSUPPORTED_FEATURE
+        hint = " (the broker has no CreatePartitions API, e.g. tansu)" if unsupported else ""
+        msg = f"could not grow topic {name!r} to {total} partitions on {bootstrap}{hint}"
+        raise SourceError(msg) from exc
+    _await_partitions(admin, name, total, timeout)
+
+
+def _await_partitions(admin: AdminClient, name: str, count: int, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        topic = admin.list_topics(timeout=timeout).topics.get(name)
+        if topic is not None and topic.error is None and len(topic.partitions) >= count:
+            return
+        if time.monotonic() > deadline:
+            msg = f"topic {name!r}: expected {count} partition(s) in metadata, got {topic}"
+            raise SourceError(msg)
+        time.sleep(0.05)
+
+
+# -- metadata and offsets -----------------------------------------------------------------
+
+
+def partitions_of(
+    consumer: Consumer, subscribes: Callable[[str], bool], timeout: float = 10.0
+) -> list[TopicPartition]:
+    """The partitions of every existing topic ``subscribes`` accepts, sorted."""
+    try:
+        metadata = consumer.list_topics(timeout=timeout)
+    except KafkaException as exc:
+        msg = "kafka spout: could not fetch topic metadata from the brokers"
+        raise SourceError(msg) from exc
+    return sorted(
+        (name, partition)
+        for name, topic in metadata.topics.items()
+        if topic.error is None and subscribes(name)
+        for partition in topic.partitions
+    )
+
+
+def watermarks(
+    consumer: Consumer, partitions: Iterable[TopicPartition], timeout: float = 10.0
+) -> dict[TopicPartition, tuple[int, int]]:
+    """``(low, high)`` watermark of each partition, as the broker reports them."""
+    marks: dict[TopicPartition, tuple[int, int]] = {}
+    for topic, partition in partitions:
+        try:
+            marks[(topic, partition)] = consumer.get_watermark_offsets(
+                KafkaTopicPartition(topic, partition), timeout=timeout
+            )
+        except KafkaException as exc:
+            msg = f"kafka spout: could not read the offsets of {topic}[{partition}]"
+            raise SourceError(msg) from exc
+    return marks
+
+
+def latest_offsets(
+    consumer: Consumer,
+    high: Mapping[TopicPartition, int],
+    known: Mapping[TopicPartition, int] | None = None,
+    *,
+    bootstrap: str = "",
+    clock: Callable[[], float] = time.monotonic,
+) -> Offsets:
+    """Confirmed end offsets: the high watermark, raised to what the tail of each partition shows.
+
+    A partition is read only when its high watermark is above the largest end known for it
+    (``known``, e.g. the batch start, and earlier answers for the same ``bootstrap``).
+    """
+    ends: Offsets = {}
+    to_read: list[KafkaTopicPartition] = []
+    for (topic, partition), hw in high.items():
+        floor = max(
+            (known or {}).get((topic, partition), 0),
+            _KNOWN_ENDS.get((bootstrap, topic, partition), 0),
+        )
+        ends[(topic, partition)] = max(hw, floor)
+        if hw > floor:
+            to_read.append(KafkaTopicPartition(topic, partition, hw - 1))
+    if to_read:
+        ends.update(_read_tails(consumer, to_read, ends, clock))
+    for (topic, partition), end in ends.items():
+        _KNOWN_ENDS[(bootstrap, topic, partition)] = end
+    return ends
+
+
+def _read_tails(
+    consumer: Consumer,
+    tails: list[KafkaTopicPartition],
+    ends: Offsets,
+    clock: Callable[[], float],
+) -> Offsets:
+    found = {(tp.topic, tp.partition): ends[(tp.topic, tp.partition)] for tp in tails}
+    pending = set(found)
+    deadline = clock() + TAIL_TIMEOUT
+    consumer.assign(tails)
+    try:
+        while pending and clock() < deadline:
+            for msg in consumer.consume(1000, 0.01):
+                topic, partition, offset = msg.topic(), msg.partition(), msg.offset()
+                if topic is None or partition is None or offset is None:
+                    continue  # a client-wide event, not about one partition
+                key = (topic, partition)
+                error = msg.error()
+                if error is None:
+                    found[key] = max(found[key], offset + 1)
+                elif error.code() == KafkaError._PARTITION_EOF:
+                    found[key] = max(found[key], offset)
+                    pending.discard(key)
+                else:
+                    log.warning("kafka spout: tail read of %s[%s]: %s", *key, error)
+                    pending.discard(key)
+    finally:
+        consumer.unassign()
+    if pending:
+        log.debug("kafka spout: tail read timed out for %s; using %s", sorted(pending), found)
+    return found
+
+
+def committed_offsets(
+    consumer: Consumer, partitions: Iterable[TopicPartition], timeout: float = 10.0
+) -> dict[TopicPartition, int | None]:
+    """The offsets the consumer's group committed (``None`` where it has none)."""
+    request = [KafkaTopicPartition(t, p) for t, p in partitions]
+    try:
+        answer = consumer.committed(request, timeout=timeout) if request else []
+    except KafkaException as exc:
+        msg = "kafka spout: could not read the consumer group's committed offsets"
+        raise SourceError(msg) from exc
+    return {(tp.topic, tp.partition): (tp.offset if tp.offset >= 0 else None) for tp in answer}
+
+
+def commit_offsets(consumer: Consumer, offsets: Mapping[TopicPartition, int]) -> bool:
+    """Commit ``offsets`` for the consumer's group without joining it; log failures.
+
+    Returns whether every partition was committed. Never raises: lag monitoring must not
+    stop a topology.
+    """
+    request = [KafkaTopicPartition(t, p, o) for (t, p), o in sorted(offsets.items())]
+    if not request:
+        return True
+    try:
+        answer = consumer.commit(offsets=request, asynchronous=False) or []
+    except KafkaException as exc:
+        log.warning("kafka spout: committing group offsets failed: %s", exc)
+        return False
+    failed = [tp for tp in answer if tp.error is not None]
+    for tp in failed:
+        log.warning("kafka spout: commit of %s[%s] failed: %s", tp.topic, tp.partition, tp.error)
+    return not failed

