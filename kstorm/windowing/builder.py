@@ -1,0 +1,142 @@
+"""Storm's ``BaseWindowedBolt`` builder methods, as a mixin.
+
+Every ``with_*`` method validates its argument at once and returns the bolt, so a windowed
+bolt is declared in one expression, as in Storm::
+
+    builder.set_bolt("avg", AvgBolt().with_tumbling_window(Duration.seconds(10))
+                                     .with_timestamp_field("ts").with_lag(Duration.seconds(5)))
+
+Example:
+    >>> class Bolt(WindowedBoltConfigMixin):
+    ...     pass
+    >>> cfg = Bolt().with_window(Count(30), Count(10)).window_config
+    >>> cfg.window_length, cfg.sliding_interval
+    (Count(30), Count(10))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Self
+
+from kstorm.errors import ConfigError
+from kstorm.windowing.config import WindowConfig
+from kstorm.windowing.durations import Count, Duration
+
+_SETTINGS = "_kstorm_window_settings"
+
+
+def _length(value: object, what: str) -> Count | Duration:
+    if not isinstance(value, Count | Duration):
+        msg = f"{what} must be a Count or a Duration, got {value!r}"
+        raise ConfigError(msg)
+    if isinstance(value, Duration) and value.ms <= 0:
+        msg = f"{what} must be positive, got {value!r}"
+        raise ConfigError(msg)
+    return value
+
+
+def _duration(value: object, what: str) -> Duration:
+    if not isinstance(value, Duration):
+        msg = f"{what} must be a Duration, got {value!r}"
+        raise ConfigError(msg)
+    return value
+
+
+def _name(value: object, what: str) -> str:
+    if not isinstance(value, str) or not value:
+        msg = f"{what} must be a non-empty string, got {value!r}"
+        raise ConfigError(msg)
+    return value
+
+
+class WindowedBoltConfigMixin:
+    """Adds Storm's window builder methods and a validated :attr:`window_config`.
+
+    The settings live in the instance's ``__dict__`` (no ``__init__`` to chain), so the bolt
+    stays picklable.
+    """
+
+    def _window_settings(self) -> dict[str, Any]:
+        return self.__dict__.setdefault(_SETTINGS, {})
+
+    def _set(self, **values: Any) -> Self:
+        self._window_settings().update(values)
+        return self
+
+    def with_window(self, length: Count | Duration,
+                    sliding: Count | Duration | None = None) -> Self:
+        """Sliding window of ``length``, evaluated every ``sliding`` (default: every tuple)."""
+        length = _length(length, "window length")
+        sliding = Count(1) if sliding is None else _length(sliding, "sliding interval")
+        return self._set(window_length=length, sliding_interval=sliding, tumbling=False)
+
+    def with_tumbling_window(self, length: Count | Duration) -> Self:
+        """Non-overlapping windows of ``length`` tuples or time."""
+        length = _length(length, "window length")
+        return self._set(window_length=length, sliding_interval=length, tumbling=True)
+
+    def with_timestamp_field(self, name: str) -> Self:
+        """Use event time read from the int field ``name`` (ms)."""
+        self._check_no_timestamp()
+        return self._set(timestamp_field=_name(name, "timestamp field"))
+
+    def with_timestamp_extractor(self, extractor: Callable[[Any], int]) -> Self:
+        """Use event time computed by ``extractor(tuple) -> int`` ms (must be picklable)."""
+        if not callable(extractor):
+            msg = f"timestamp extractor must be callable, got {extractor!r}"
+            raise ConfigError(msg)
+        self._check_no_timestamp()
+        return self._set(timestamp_extractor=extractor)
+
+    def with_lag(self, lag: Duration) -> Self:
+        """Maximum out-of-orderness of tuple timestamps."""
+        return self._set(lag=_duration(lag, "lag"))
+
+    def with_watermark_interval(self, interval: Duration) -> Self:
+        """How often watermarks are emitted (default 1 s)."""
+        interval = _duration(interval, "watermark interval")
+        if interval.ms <= 0:
+            msg = f"watermark interval must be positive, got {interval!r}"
+            raise ConfigError(msg)
+        return self._set(watermark_interval=interval)
+
+    def with_late_tuple_stream(self, stream_id: str) -> Self:
+        """Emit late tuples on ``stream_id`` (field ``late_tuple``) instead of dropping them."""
+        return self._set(late_tuple_stream=_name(stream_id, "late tuple stream id"))
+
+    def with_message_id_field(self, name: str) -> Self:
+        """Field holding a monotonically increasing id (stateful windowing bookkeeping)."""
+        return self._set(message_id_field=_name(name, "message id field"))
+
+    def with_persistence(self) -> Self:
+        """Keep the window's tuples in the state backend (window checkpointing)."""
+        return self._set(persistent=True)
+
+    def with_max_events_in_memory(self, n: int) -> Self:
+        """At most ``n`` tuples of a persistent window cached in memory."""
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            msg = f"max events in memory must be an int >= 1, got {n!r}"
+            raise ConfigError(msg)
+        return self._set(max_events_in_memory=n)
+
+    @property
+    def window_config(self) -> WindowConfig:
+        """The validated configuration; ``ConfigError`` if no window was declared."""
+        settings = dict(self._window_settings())
+        if "window_length" not in settings:
+            msg = (
+                f"{type(self).__name__} has no window: call with_window(...) or "
+                "with_tumbling_window(...)"
+            )
+            raise ConfigError(msg)
+        return WindowConfig(**settings)
+
+    def _check_no_timestamp(self) -> None:
+        settings = self._window_settings()
+        if settings.get("timestamp_field") or settings.get("timestamp_extractor"):
+            msg = (
+                f"{type(self).__name__} is already configured with a timestamp field or "
+                "extractor"
+            )
+            raise ConfigError(msg)

@@ -1,0 +1,192 @@
+"""The validated, frozen window configuration of one windowed bolt (seed 004).
+
+:class:`WindowConfig` holds every windowing option with its default in exactly one place:
+Storm's ``topology.bolts.window.*`` settings, minus the map. Users normally build it through
+the ``with_*`` methods of :class:`~kstorm.windowing.WindowedBoltConfigMixin`.
+
+Example:
+    >>> cfg = WindowConfig(Duration.seconds(20), Duration.seconds(10),
+    ...                    timestamp_field="ts", lag=Duration.seconds(5))
+    >>> cfg.is_event_time, cfg.tumbling, cfg.watermark_interval
+    (True, False, Duration.millis(1000))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from kstorm._ids import LATE_TUPLE_FIELD  # field of the late-tuple stream (Storm's name)
+from kstorm.errors import ConfigError, FieldError
+from kstorm.windowing.durations import Count, Duration
+
+__all__ = ["LATE_TUPLE_FIELD", "FieldMessageIdExtractor", "FieldTimestampExtractor",
+           "WindowConfig", "field_value"]
+
+
+def field_value(item: Any, name: str) -> Any:
+    """Read field ``name`` of a tuple-like object.
+
+    Works with :class:`kstorm.Tuple` (``get_value_by_field``), mappings, and objects with an
+    attribute of that name (named tuples, dataclasses).
+
+    Example:
+        >>> field_value({"ts": 5}, "ts")
+        5
+    """
+    getter = getattr(item, "get_value_by_field", None)
+    if getter is not None:
+        return getter(name)
+    if isinstance(item, Mapping):
+        if name in item:
+            return item[name]
+    elif hasattr(item, name):
+        return getattr(item, name)
+    msg = f"tuple {item!r} has no field {name!r}"
+    raise FieldError(msg)
+
+
+@dataclass(frozen=True, slots=True)
+class FieldTimestampExtractor:
+    """Reads a tuple's timestamp (ms) from a field (Storm ``TupleFieldTimestampExtractor``).
+
+    Example:
+        >>> FieldTimestampExtractor("ts")({"ts": 1_700_000_000_000})
+        1700000000000
+    """
+
+    field_name: str
+
+    def __call__(self, item: Any) -> int:
+        """The timestamp of ``item`` in ms; ``FieldError`` if absent or not an int."""
+        value = field_value(item, self.field_name)
+        if isinstance(value, bool) or not isinstance(value, int):
+            msg = (
+                f"timestamp field {self.field_name!r} of tuple {item!r} holds "
+                f"{type(value).__name__} {value!r}; expected an int timestamp in milliseconds"
+            )
+            raise FieldError(msg)
+        return value
+
+
+@dataclass(frozen=True, slots=True)
+class FieldMessageIdExtractor:
+    """Reads a tuple's monotonically increasing message id from a field."""
+
+    field_name: str
+
+    def __call__(self, item: Any) -> int:
+        """The message id of ``item``; ``FieldError`` if absent or not an int."""
+        value = field_value(item, self.field_name)
+        if isinstance(value, bool) or not isinstance(value, int):
+            msg = (
+                f"message id field {self.field_name!r} of tuple {item!r} holds "
+                f"{type(value).__name__} {value!r}; expected a monotonically increasing int"
+            )
+            raise FieldError(msg)
+        return value
+
+
+def _positive(value: object, what: str) -> Count | Duration:
+    if not isinstance(value, Count | Duration):
+        msg = f"{what} must be a Count or a Duration, got {value!r}"
+        raise ConfigError(msg)
+    if isinstance(value, Duration) and value.ms <= 0:
+        msg = f"{what} must be positive, got {value!r}"
+        raise ConfigError(msg)
+    return value
+
+
+@dataclass(frozen=True)
+class WindowConfig:
+    """How a windowed bolt groups tuples into windows.
+
+    Attributes:
+        window_length: Tuples per window (:class:`Count`) or its span (:class:`Duration`).
+        sliding_interval: How often the window is evaluated; ``Count(1)`` (every tuple) is
+            Storm's default for ``with_window(length)``. Equal to the length when tumbling.
+        tumbling: Non-overlapping windows; requires ``sliding_interval`` unset or equal.
+        timestamp_field / timestamp_extractor: Use event time read from the tuple (at most
+            one of the two); without them the processing time is used.
+        lag: Maximum out-of-orderness of event timestamps; the watermark trails by it.
+        watermark_interval: How often watermarks are emitted (event time only).
+        late_tuple_stream: Stream on which late tuples are emitted (needs event time).
+        message_id_field: Monotonically increasing id, to checkpoint only the last expired
+            and last evaluated ids per source (seed 004 "Stateful windowing").
+        persistent: Window tuples live in the state backend (``with_persistence()``);
+            ``get_new``/``get_expired`` are then unsupported.
+        max_events_in_memory: Cache bound for persistent windows.
+    """
+
+    window_length: Count | Duration
+    sliding_interval: Count | Duration | None = None
+    tumbling: bool = False
+    timestamp_field: str | None = None
+    timestamp_extractor: Callable[[Any], int] | None = None
+    lag: Duration = field(default_factory=lambda: Duration(0))
+    watermark_interval: Duration = field(default_factory=lambda: Duration.seconds(1))
+    late_tuple_stream: str | None = None
+    message_id_field: str | None = None
+    persistent: bool = False
+    max_events_in_memory: int | None = None
+
+    def __post_init__(self) -> None:
+        _positive(self.window_length, "window length")
+        if self.tumbling:
+            if self.sliding_interval not in (None, self.window_length):
+                msg = (
+                    f"a tumbling window slides by its length {self.window_length!r}; got "
+                    f"sliding interval {self.sliding_interval!r}"
+                )
+                raise ConfigError(msg)
+            object.__setattr__(self, "sliding_interval", self.window_length)
+        elif self.sliding_interval is None:
+            object.__setattr__(self, "sliding_interval", Count(1))
+        _positive(self.sliding_interval, "sliding interval")
+        if self.timestamp_field is not None and self.timestamp_extractor is not None:
+            msg = "set either timestamp_field or timestamp_extractor, not both"
+            raise ConfigError(msg)
+        for name in ("timestamp_field", "late_tuple_stream", "message_id_field"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, str) or not value):
+                msg = f"{name} must be a non-empty string, got {value!r}"
+                raise ConfigError(msg)
+        if self.timestamp_extractor is not None and not callable(self.timestamp_extractor):
+            msg = f"timestamp_extractor must be callable, got {self.timestamp_extractor!r}"
+            raise ConfigError(msg)
+        if not isinstance(self.lag, Duration):
+            msg = f"lag must be a Duration, got {self.lag!r}"
+            raise ConfigError(msg)
+        if not isinstance(self.watermark_interval, Duration) or self.watermark_interval.ms <= 0:
+            msg = f"watermark interval must be a positive Duration, got {self.watermark_interval!r}"
+            raise ConfigError(msg)
+        if self.late_tuple_stream is not None and not self.is_event_time:
+            msg = (
+                f"late tuple stream {self.late_tuple_stream!r} can be defined only together "
+                "with a timestamp field or extractor (with_timestamp_field)"
+            )
+            raise ConfigError(msg)
+        n = self.max_events_in_memory
+        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+            msg = f"max_events_in_memory must be an int >= 1, got {n!r}"
+            raise ConfigError(msg)
+
+    @property
+    def is_event_time(self) -> bool:
+        """Whether windows follow tuple timestamps (watermarks) rather than processing time."""
+        return self.timestamp_field is not None or self.timestamp_extractor is not None
+
+    @property
+    def extractor(self) -> Callable[[Any], int] | None:
+        """The callable reading a tuple's timestamp, or ``None`` for processing time."""
+        if self.timestamp_field is not None:
+            return FieldTimestampExtractor(self.timestamp_field)
+        return self.timestamp_extractor
+
+    @property
+    def message_id_extractor(self) -> Callable[[Any], int] | None:
+        """The callable reading a tuple's message id, or ``None``."""
+        if self.message_id_field is None:
+            return None
+        return FieldMessageIdExtractor(self.message_id_field)
