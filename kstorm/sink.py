@@ -23,6 +23,8 @@ class BaseSink(Component):
     """Base of exactly-once sinks. Subclasses implement :meth:`commit`."""
 
     is_sink = True
+    stores_state = False  # True: commit() stores ``state`` atomically with the offsets
+    txid_base = 0  # txid = txid_base + batch id; the runtime raises it after a lost checkpoint
 
     def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
         """Sinks emit nothing."""
@@ -30,17 +32,26 @@ class BaseSink(Component):
     def open(self, conf: dict[str, Any], context: TopologyContext) -> None:
         """Called once on the driver before the first commit (create clients here)."""
 
-    def commit(self, batch_id: int, tuples: list[Tuple], offsets: SourceOffsets) -> None:
-        """Apply one batch atomically; must be idempotent for a batch id it already has."""
+    def commit(self, batch_id: int, tuples: list[Tuple], offsets: SourceOffsets,
+               state: Mapping[str, bytes] | None = None) -> None:
+        """Apply one batch atomically; must be idempotent for a batch id it already has.
+
+        ``state`` (for sinks with ``stores_state``) is the runtime's driver state after the
+        batch (windowed aggregates' open windows), to store in the same atomic step.
+        """
         raise NotImplementedError(f"{type(self).__name__} must implement commit()")
 
-    def committed_offsets(self) -> tuple[int, SourceOffsets] | None:
-        """``(batch id, source offsets)`` of the last batch this sink committed, if it stores them.
+    def committed_offsets(self) -> tuple[int, Mapping[str, Mapping[int, int]]] | None:
+        """``(txid, {topic: {partition: end}})`` of the last batch committed, if it stores them.
 
         Used on start to reconcile with the Spark checkpoint: when the checkpoint is missing
         or behind, the spouts resume from these offsets.
         """
         return None
+
+    def committed_state(self) -> dict[str, bytes]:
+        """The ``state`` stored with the last committed batch (sinks with ``stores_state``)."""
+        return {}
 
     def close(self) -> None:
         """Called on the driver when the topology stops."""

@@ -80,7 +80,8 @@ class CaptureSink(BaseSink):
         self.batches: dict[int, list[Tuple]] = {}
         self.offsets: dict[int, SourceOffsets] = {}
 
-    def commit(self, batch_id: int, tuples: list[Tuple], offsets: SourceOffsets) -> None:
+    def commit(self, batch_id: int, tuples: list[Tuple], offsets: SourceOffsets,
+               state: Any = None) -> None:
         """Record the batch (a replayed batch id replaces the earlier attempt)."""
         self.batches[batch_id] = list(tuples)
         self.offsets[batch_id] = offsets

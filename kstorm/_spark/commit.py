@@ -82,6 +82,10 @@ class CommitPhase:
         self._opened = False
         self._spouts = [s.id for s in topology.spouts()]
 
+    def mark_opened(self) -> None:
+        """The runner opened the sinks already (it needs their records before starting)."""
+        self._opened = True
+
     def _open(self) -> None:
         for sink_id, sink in self.sinks.items():
             spec = self.topology.components[sink_id]
@@ -118,9 +122,14 @@ class CommitPhase:
             self.progress.add_counters({f"{component}.windows": len(results)})
         # Step 6: sinks, in topology order.
         captured = by_dest.pop(CAPTURE_DEST, _EMPTY)
+        state = {f"window:{w.component}": snap.snapshot() for w, snap in persist}
         for sink_id, sink in self.sinks.items():
             rows = by_dest.pop(sink_id, _EMPTY)
-            sink.commit(batch_id, self._tuples(rows) + extra.get(sink_id, []), offsets)
+            tuples = self._tuples(rows) + extra.get(sink_id, [])
+            if sink.stores_state:
+                sink.commit(batch_id, tuples, offsets, state=state)
+            else:
+                sink.commit(batch_id, tuples, offsets)
         # Step 7: the windows' state after this batch (a replay restarts from the previous).
         for windows, state in persist:
             windows.persist(batch_id, state)

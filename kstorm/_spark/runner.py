@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import logging
+from types import MappingProxyType
 from typing import Any
 
+from kstorm import _reconcile as reconcile
 from kstorm._deadletter import DeadLetterWriter
 from kstorm._plan import compile_plan
 from kstorm._progress import Progress
@@ -13,6 +16,7 @@ from kstorm._spark.commit import CommitPhase
 from kstorm._spark.compiler import compile_query
 from kstorm._spark.session import get_session
 from kstorm._spark.windowed import WindowCommit
+from kstorm.component import TopologyContext
 from kstorm.config import TopologyConfig, TriggerMode
 from kstorm.runtime import TopologyHandle
 from kstorm.topology import StormTopology
@@ -24,16 +28,30 @@ def start(name: str, conf: dict[str, Any], topology: StormTopology) -> TopologyH
     """Compile ``topology`` and start it as one Spark streaming query."""
     settings = TopologyConfig.from_conf(conf)
     plan = compile_plan(topology)
-    spark = get_session(settings)
     checkpoint = settings.checkpoint_for(name)
-    checkpoint.mkdir(parents=True, exist_ok=True)
+    sinks = {sid: copy.deepcopy(topology.components[sid].component) for sid in plan.sinks}
+    for sid, sink in sinks.items():
+        spec = topology.components[sid]
+        sink.open({**conf, **spec.conf}, TopologyContext(name, sid, 0, 1, -1, {}))
+    resume = reconcile.decide(checkpoint, sinks)
+    reconcile.apply(checkpoint, resume)
+    for sink in sinks.values():
+        sink.txid_base = resume.txid_base
+    if resume.from_sink is not None:
+        log.warning("topology %r resumes from sink %r at txid %s", name, resume.from_sink,
+                    resume.txid_base)
+        topology = _start_spouts_at(topology, resume.offsets)
+    spark = get_session(settings)
     state_dir = checkpoint / "kstorm"
     compiled = compile_query(spark, topology, plan, name, conf, settings, state_dir)
-    sinks = {sid: copy.deepcopy(topology.components[sid].component) for sid in plan.sinks}
     dlq_topic = settings.dead_letter_topic or f"{name}.dead-letters"
     windows = {s.head: WindowCommit(s.head, topology.components[s.head].component.spec(),
                                     state_dir)
                for s in plan.stages if s.native_window}
+    for component, window in windows.items():
+        snapshot = resume.state.get(f"window:{component}")
+        if snapshot is not None:
+            window.seed(snapshot)
     commit = CommitPhase(topology, name, checkpoint, sinks, conf, Progress(),
                          DeadLetterWriter(name, settings.bootstrap_servers, dlq_topic), windows)
     writer = (compiled.output.writeStream.foreachBatch(commit)
@@ -44,4 +62,19 @@ def start(name: str, conf: dict[str, Any], topology: StormTopology) -> TopologyH
         writer = writer.trigger(processingTime=f"{settings.trigger_interval_ms} milliseconds")
     log.info("starting topology %r (%d stages) checkpoint=%s", name, len(plan.stages),
              checkpoint)
+    commit.mark_opened()
     return TopologyHandle(name, writer.start(), commit, settings)
+
+
+def _start_spouts_at(topology: StormTopology, offsets: Any) -> StormTopology:
+    """A copy of ``topology`` whose Kafka spouts start at ``offsets`` ({topic: {p: end}})."""
+    from kstorm.kafka_spout import KafkaSpout
+
+    specs = dict(topology.components)
+    for cid, spec in specs.items():
+        spout = spec.component
+        if isinstance(spout, KafkaSpout):
+            mine = {t: dict(p) for t, p in offsets.items() if spout.subscribes(t)}
+            specs[cid] = dataclasses.replace(
+                spec, component=dataclasses.replace(spout, starting_offsets=mine))
+    return StormTopology(MappingProxyType(specs), topology.order)

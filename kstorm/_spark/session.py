@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
+import tempfile
 import threading
+from collections.abc import Iterator
+from pathlib import Path
 
 from pyspark.sql import SparkSession
 
@@ -37,9 +41,11 @@ def spark_options(settings: TopologyConfig) -> dict[str, str]:
         "spark.sql.streaming.metricsEnabled": "false",
         "spark.sql.session.timeZone": "UTC",
         "spark.driver.extraJavaOptions": "-XX:+UseParallelGC -Xss4m",
+        "spark.driver.host": "127.0.0.1" if settings.master.startswith("local") else "",
+        "spark.driver.bindAddress": "127.0.0.1" if settings.master.startswith("local") else "",
     }
     options.update(settings.spark_conf)
-    return options
+    return {k: v for k, v in options.items() if v != ""}
 
 
 def get_session(settings: TopologyConfig) -> SparkSession:
@@ -53,6 +59,38 @@ def get_session(settings: TopologyConfig) -> SparkSession:
         builder = SparkSession.builder
         for key, value in spark_options(settings).items():
             builder = builder.config(key, value)
-        spark = builder.getOrCreate()
+        with _jvm_output_to(log_path()):
+            spark = builder.getOrCreate()
         spark.sparkContext.setLogLevel("ERROR")
+        log.info("Spark %s started (%s); JVM and Python worker output in %s", spark.version,
+                 settings.master, log_path())
         return spark
+
+
+def log_path() -> Path:
+    """Where the JVM's (and its Python workers') console output goes."""
+    return Path(os.environ.get("KSTORM_SPARK_LOG") or
+                Path(tempfile.gettempdir()) / f"kstorm-spark-{os.getpid()}.log")
+
+
+@contextlib.contextmanager
+def _jvm_output_to(path: Path) -> Iterator[None]:
+    """Start the JVM with stdout/stderr on ``path``: Spark's log4j banner and the TWS
+    workers' prints go there instead of the user's console (``KSTORM_SPARK_LOG=-`` keeps
+    them on the console)."""
+    if os.environ.get("KSTORM_SPARK_LOG") == "-":
+        yield
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    with open(path, "ab") as target:
+        os.dup2(target.fileno(), 1)
+        os.dup2(target.fileno(), 2)
+    try:
+        yield
+    finally:
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        os.close(saved[0])
+        os.close(saved[1])

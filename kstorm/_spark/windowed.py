@@ -144,6 +144,7 @@ class WindowCommit:
     def _load(self, batch_id: int) -> AggregateWindows:
         windows = AggregateWindows(self.spec)
         previous = [int(p.stem) for p in self.dir.glob("*.pkl") if int(p.stem) < batch_id]
+        # (a replayed batch reloads the state of the batch before it, never its own)
         if previous:
             windows.restore((self.dir / f"{max(previous)}.pkl").read_bytes())
         return windows
@@ -161,6 +162,12 @@ class WindowCommit:
                 latest[stream] = max(ts, latest.get(stream, ts))
         closed = windows.advance(parts, latest, late)
         return windows.results(closed), windows
+
+    def seed(self, snapshot: bytes) -> None:
+        """Start from a state stored by a sink (the checkpoint was lost): as batch -1."""
+        windows = AggregateWindows(self.spec)
+        windows.restore(snapshot)
+        self.persist(-1, windows)
 
     def persist(self, batch_id: int, windows: AggregateWindows) -> None:
         """Save the state after ``batch_id`` (atomically) and drop states older than 10 batches."""

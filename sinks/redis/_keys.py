@@ -110,6 +110,9 @@ class Namespace:
         return f"{self.prefix}stage:{txid}"
 
 
+STATE_PREFIX = "@"  # record fields holding runtime state, not offsets (not a topic name)
+
+
 def offset_fields(offsets: Mapping[str, Mapping[int, int]]) -> list[str]:
     """Flatten ``{topic: {partition: end}}`` to ``["topic/partition", "end", ...]``.
 
@@ -141,6 +144,8 @@ def parse_record(raw: Mapping[Any, Any]) -> tuple[int | None, dict[str, dict[int
         if key == TXID_FIELD:
             txid = int(value)
             continue
+        if key.startswith(STATE_PREFIX):
+            continue  # runtime state stored with the offsets (see RedisSink.committed_state)
         topic, _, partition = key.rpartition("/")
         offsets.setdefault(topic, {})[int(partition)] = int(value)
     return txid, offsets

@@ -22,7 +22,9 @@ from kstorm.errors import ConfigError, SinkError
 
 from ._batch import Entry, Row, build_entries, flatten, key_function, value_function
 from ._codec import VALUE_CODECS, ValueCodec
-from ._keys import Namespace, check_name, offset_fields, parse_record
+from kstorm.sink import BaseSink
+
+from ._keys import STATE_PREFIX, Namespace, check_name, offset_fields, parse_record
 from ._lua import commit_script
 from ._optimistic import commit_optimistic
 from ._read import read_all
@@ -59,8 +61,14 @@ class CommitResult:
     skipped: int  # keys the transactional rule skipped (already written by this txid)
 
 
-class RedisSink:
+class RedisSink(BaseSink):
     """Writes each batch's rows to Redis with its txid, exactly once.
+
+    Attach it like a bolt; it runs in the commit phase of each batch::
+
+        builder.set_bolt("store", RedisSink(RedisConfig.from_url(url), key="c:{key}",
+                                            value="count", merge="set")
+                         ).shuffle_grouping("per_key")
 
     Args:
         config: Where Redis is.
@@ -109,6 +117,7 @@ class RedisSink:
         self.sink_id = check_name("sink_id", sink_id)
         self._client: redis.Redis | None = None
         self._commit: Any = None  # the registered commit script (redis-py Script)
+        self.txid_base = 0  # set by the runtime: txids keep growing if the checkpoint is lost
 
     def bind(self, topology: str, sink_id: str | None = None) -> RedisSink:
         """A copy of this sink that records its batches under ``topology`` (and ``sink_id``)."""
@@ -150,8 +159,39 @@ class RedisSink:
             self._client.close()
         self._client, self._commit = None, None
 
+    stores_state = True  # keeps the runtime's window state with its offsets (recovery)
+
+    # -- the kstorm sink protocol (driver, commit phase) ---------------------------------
+
+    def open(self, conf: dict[str, Any], context: Any) -> None:
+        """Bind to the topology's name and this component's id (the record's namespace)."""
+        self.topology = check_name("topology", context.topology_name)
+        self.sink_id = check_name("sink_id", context.component_id)
+
+    def commit(self, batch_id: int, tuples: list[Any], offsets: Any,
+               state: Mapping[str, bytes] | None = None) -> None:
+        """Apply batch ``batch_id`` (txid = ``txid_base + batch_id``) with its offsets and state."""
+        rows = [dict(zip(t.fields, t.values, strict=True)) for t in tuples]
+        self.commit_batch(self.txid_base + batch_id, rows, kafka_offsets(offsets), state)
+
+    def committed_offsets(self) -> tuple[int, dict[str, dict[int, int]]] | None:
+        """``(txid, {topic: {partition: end}})`` of the last committed batch, or None."""
+        record = self.committed()
+        return None if record.txid is None else (record.txid, record.offsets)
+
+    def committed_state(self) -> dict[str, bytes]:
+        """The runtime state stored with the last committed batch (name -> bytes)."""
+        raw = self._redis().hgetall(self.namespace.record)
+        out = {}
+        for name, value in raw.items():
+            key = name.decode() if isinstance(name, bytes) else name
+            if key.startswith(STATE_PREFIX):
+                out[key[len(STATE_PREFIX):]] = value
+        return out
+
     def commit_batch(self, txid: int, rows: Iterable[Mapping[str, Any]],
-                     offsets: Mapping[str, Mapping[int, int]]) -> CommitResult:
+                     offsets: Mapping[str, Mapping[int, int]],
+                     state: Mapping[str, bytes] | None = None) -> CommitResult:
         """Apply batch ``txid``'s rows and record its source end offsets, in one atomic step.
 
         1. Check the arguments (nothing touches Redis yet).
@@ -179,6 +219,8 @@ class RedisSink:
         _require(type(txid) is int and 0 <= txid < _MAX_TXID, "txid", "an int in 0..2**53",
                  txid, error=SinkError)
         ns, offset_args = self.namespace, offset_fields(offsets)
+        for name, blob in (state or {}).items():
+            offset_args += [STATE_PREFIX + name, blob]
         # Step 2
         entries = build_entries(rows, key=self._key_of, field=self._field_of,
                                 value=self._value_of, merge=self.merge)
@@ -239,6 +281,21 @@ class RedisSink:
         except Exception as exc:
             msg = f"{self!r}: cannot read keys {prefix!r}*: {exc}"
             raise SinkError(msg) from exc
+
+
+def kafka_offsets(offsets: Any) -> dict[str, dict[int, int]]:
+    """``{spout: {topic: {"partition": end}}}`` (the runtime's form) -> ``{topic: {p: end}}``.
+
+    Spouts whose offsets are not Kafka partitions (e.g. the testing ListSpout) are left out.
+    """
+    flat: dict[str, dict[int, int]] = {}
+    for per_spout in (offsets or {}).values():
+        if not isinstance(per_spout, Mapping):
+            continue
+        for topic, parts in per_spout.items():
+            if isinstance(parts, Mapping) and not topic.startswith(STATE_PREFIX):
+                flat.setdefault(topic, {}).update({int(p): int(o) for p, o in parts.items()})
+    return flat
 
 
 def _chunk(entries: list[Entry], codec: ValueCodec) -> str:
