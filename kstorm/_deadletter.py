@@ -61,8 +61,11 @@ class DeadLetterWriter:
         if remaining:
             from kstorm.errors import SinkError
 
-            raise SinkError(f"could not deliver {remaining} dead letters to {self.topic!r} "
-                            f"at {self.bootstrap_servers} within 30 s")
+            msg = (
+                f"could not deliver {remaining} dead letters to {self.topic!r} "
+                            f"at {self.bootstrap_servers} within 30 s"
+            )
+            raise SinkError(msg)
 
     def _get_producer(self) -> Any:
         if self._producer is None:

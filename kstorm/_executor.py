@@ -100,7 +100,7 @@ class StageExecutor:
 
     # ---- routing -------------------------------------------------------------------
     def _routes_of(self, component: str) -> dict[str, list[tuple[str, Any, bool, Fields | None]]]:
-        """stream -> [(consumer, grouping, fused?, grouping fields)]."""
+        """Stream -> [(consumer, grouping, fused?, grouping fields)]."""
         routes: dict[str, list[tuple[str, Any, bool, Fields | None]]] = {}
         for stream in self.topology.components[component].streams:
             for consumer, grouping in self.topology.consumers(component, stream):
@@ -116,12 +116,18 @@ class StageExecutor:
         spec = self.topology.components[component]
         fields = spec.streams.get(stream)
         if fields is None:
-            raise TopologyError(f"bolt {component!r} emitted on undeclared stream {stream!r}; "
-                                f"it declares {sorted(spec.streams)}")
+            msg = (
+                f"bolt {component!r} emitted on undeclared stream {stream!r}; "
+                                f"it declares {sorted(spec.streams)}"
+            )
+            raise TopologyError(msg)
         if len(values) != len(fields):
-            raise TopologyError(f"bolt {component!r} emitted {len(values)} values on stream "
+            msg = (
+                f"bolt {component!r} emitted {len(values)} values on stream "
                                 f"{stream!r}, which declares {len(fields)} fields "
-                                f"{fields.to_list()}: {values!r}")
+                                f"{fields.to_list()}: {values!r}"
+            )
+            raise TopologyError(msg)
         self.counters[f"{component}.emitted"] += 1
         packed: bytes | None = None
         if self._capture:
@@ -165,11 +171,15 @@ class StageExecutor:
         elif isinstance(bolt, BaseRichBolt):
             bolt.prepare(conf, context, collector)
         else:
-            raise TopologyError(f"bolt {component!r} is a {type(bolt).__name__}: expected a "
-                                "BaseRichBolt, BaseBasicBolt or BaseStatefulBolt")
+            msg = (
+                f"bolt {component!r} is a {type(bolt).__name__}: expected a "
+                                "BaseRichBolt, BaseBasicBolt or BaseStatefulBolt"
+            )
+            raise TopologyError(msg)
         if isinstance(bolt, BaseStatefulBolt):
             if self._state_for is None:
-                raise TopologyError(f"stateful bolt {component!r} has no state provider")
+                msg = f"stateful bolt {component!r} has no state provider"
+                raise TopologyError(msg)
             bolt.init_state(self._state_for(component, task))
         found = _Task(bolt, collector, basic, context)
         self._tasks[key] = found
@@ -220,7 +230,7 @@ class StageExecutor:
         yield from self._drain()
 
     def finish(self) -> Iterator[Outgoing]:
-        """End of the batch for this partition: ``finish_batch`` then ``cleanup``, upstream first."""
+        """End of this partition's batch: ``finish_batch``, then ``cleanup``; upstream first."""
         for component in self.stage.bolts:
             for (c, _), t in list(self._tasks.items()):
                 if c != component:

@@ -14,12 +14,11 @@ Example:
 
 from __future__ import annotations
 
-from kstorm._clocks import CLOCKS_KEY
-
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from kstorm._clocks import CLOCKS_KEY
 from kstorm.errors import SourceError
 
 TopicPartition = tuple[str, int]

@@ -111,8 +111,11 @@ def compile_plan(topology: StormTopology) -> Plan:
             if src == DRIVER:
                 from kstorm.errors import TopologyError
 
-                raise TopologyError(f"bolt {spec.id!r} subscribes to sink {g.component!r}; "
-                                    "sinks run in the commit phase and emit nothing")
+                msg = (
+                    f"bolt {spec.id!r} subscribes to sink {g.component!r}; "
+                                    "sinks run in the commit phase and emit nothing"
+                )
+                raise TopologyError(msg)
         raw = _raw_spout_input(inputs, stages)
         native = bool(getattr(spec.component, "is_native_window", False))
         if native:
@@ -137,18 +140,27 @@ def _check_native_window(cid: str, inputs: list[tuple[Grouping, int]], raw: str 
     from kstorm.errors import TopologyError
 
     if raw is None:
-        raise TopologyError(
+        msg = (
             f"windowed aggregate {cid!r} must subscribe to exactly one spout: it reads the "
-            "spout's partitions in offset order to decide which tuples are late")
+            "spout's partitions in offset order to decide which tuples are late"
+        )
+        raise TopologyError(
+            msg)
     for other in stages:
         if other.native_window and other.raw_spout == raw:
-            raise TopologyError(f"spout {raw!r} feeds two windowed aggregates ({other.head!r} "
-                                f"and {cid!r}); one per spout is supported")
+            msg = (
+                f"spout {raw!r} feeds two windowed aggregates ({other.head!r} "
+                                f"and {cid!r}); one per spout is supported"
+            )
+            raise TopologyError(msg)
     for consumer, _ in topology.consumers(cid):
         if not getattr(topology.components[consumer].component, "is_sink", False):
-            raise TopologyError(
+            msg = (
                 f"windowed aggregate {cid!r} feeds bolt {consumer!r}: its results are "
-                "produced in the commit phase, so only sinks can consume them")
+                "produced in the commit phase, so only sinks can consume them"
+            )
+            raise TopologyError(
+                msg)
 
 
 def _fusable_stage(inputs: tuple[Grouping, ...], component: object, stage_of: dict[str, int],

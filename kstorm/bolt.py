@@ -76,7 +76,8 @@ class BaseRichBolt(Component):
 
     def execute(self, tuple_: Tuple) -> None:
         """Process one input tuple."""
-        raise NotImplementedError(f"{type(self).__name__} must implement execute(tuple_)")
+        msg = f"{type(self).__name__} must implement execute(tuple_)"
+        raise NotImplementedError(msg)
 
     def finish_batch(self) -> None:
         """Called after the task's last tuple of a batch (Storm ``IBatchBolt.finishBatch``)."""
@@ -96,7 +97,8 @@ class BaseBasicBolt(Component):
 
     def execute(self, tuple_: Tuple, collector: BasicOutputCollector) -> None:
         """Process one input tuple."""
-        raise NotImplementedError(f"{type(self).__name__} must implement execute(tuple_, c)")
+        msg = f"{type(self).__name__} must implement execute(tuple_, c)"
+        raise NotImplementedError(msg)
 
     def finish_batch(self, collector: BasicOutputCollector) -> None:
         """Called after the task's last tuple of a batch."""
@@ -115,7 +117,8 @@ class BaseStatefulBolt(BaseRichBolt):
 
     def init_state(self, state: KeyValueState) -> None:
         """Receive the task's state."""
-        raise NotImplementedError(f"{type(self).__name__} must implement init_state(state)")
+        msg = f"{type(self).__name__} must implement init_state(state)"
+        raise NotImplementedError(msg)
 
 
 def run_basic(bolt: BaseBasicBolt, collector: BasicOutputCollector, out: OutputCollector,

@@ -32,20 +32,28 @@ class OutputFieldsDeclarer:
     def declare_stream(self, stream_id: str, fields: Fields, *, _internal: bool = False) -> None:
         """Declare a named stream and its fields."""
         if not isinstance(fields, Fields):
-            raise TopologyError(
+            msg = (
                 f"component {self.component_id!r}: stream {stream_id!r} must be declared with "
                 f"Fields(...), got {type(fields).__name__}"
             )
-        if not stream_id or not isinstance(stream_id, str):
-            raise TopologyError(f"component {self.component_id!r}: stream ids are non-empty str")
-        if is_reserved(stream_id) and not _internal:
             raise TopologyError(
+                msg
+            )
+        if not stream_id or not isinstance(stream_id, str):
+            msg = f"component {self.component_id!r}: stream ids are non-empty str"
+            raise TopologyError(msg)
+        if is_reserved(stream_id) and not _internal:
+            msg = (
                 f"component {self.component_id!r}: stream id {stream_id!r} is reserved "
                 f"(ids starting with '__' belong to kstorm)"
             )
-        if stream_id in self.streams:
             raise TopologyError(
-                f"component {self.component_id!r} declares stream {stream_id!r} twice"
+                msg
+            )
+        if stream_id in self.streams:
+            msg = f"component {self.component_id!r} declares stream {stream_id!r} twice"
+            raise TopologyError(
+                msg
             )
         self.streams[stream_id] = fields
 
@@ -62,7 +70,7 @@ class TopologyContext:
     output_streams: dict[str, Fields] = field(default_factory=dict)
 
     def get_this_component_id(self) -> str:
-        """This component's id."""
+        """The id of the component this task runs."""
         return self.component_id
 
     def get_this_task_index(self) -> int:

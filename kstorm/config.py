@@ -14,7 +14,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from kstorm.errors import ConfigError
 
 
-class Guarantee(str, Enum):
+class Guarantee(StrEnum):
     """Processing guarantee (seed 003)."""
 
     AT_MOST_ONCE = "at-most-once"
@@ -31,7 +31,7 @@ class Guarantee(str, Enum):
     EXACTLY_ONCE = "exactly-once"
 
 
-class TriggerMode(str, Enum):
+class TriggerMode(StrEnum):
     """How micro-batches are triggered."""
 
     CONTINUOUS = "continuous"        # a processing-time trigger, runs until stopped
@@ -91,7 +91,8 @@ class TopologyConfig(BaseModel):
                 f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']} (got {err.get('input')!r})"
                 for err in exc.errors()
             )
-            raise ConfigError(f"invalid topology configuration: {problems}") from exc
+            msg = f"invalid topology configuration: {problems}"
+            raise ConfigError(msg) from exc
 
     def checkpoint_for(self, topology_name: str) -> Path:
         """The checkpoint directory of ``topology_name`` (one per topology by default)."""

@@ -75,7 +75,8 @@ class TopologyHandle:
                     else self._query.awaitTermination(timeout))
         except Exception as exc:
             self._commit.close()
-            raise KstormError(f"topology {self.name!r} failed: {_cause(exc)}") from exc
+            msg = f"topology {self.name!r} failed: {_cause(exc)}"
+            raise KstormError(msg) from exc
         if done is None or done:
             self._commit.close()
             return True
@@ -110,10 +111,14 @@ def submit_topology(name: str, conf: Mapping[str, Any] | None,
         topology: from :meth:`TopologyBuilder.create_topology`.
     """
     if not name or "/" in name:
-        raise ConfigError(f"topology names are non-empty and contain no '/', got {name!r}")
+        msg = f"topology names are non-empty and contain no '/', got {name!r}"
+        raise ConfigError(msg)
     if not isinstance(topology, StormTopology):
-        raise ConfigError("submit_topology needs builder.create_topology(), got "
-                          f"{type(topology).__name__}")
+        msg = (
+            "submit_topology needs builder.create_topology(), got "
+                          f"{type(topology).__name__}"
+        )
+        raise ConfigError(msg)
     from kstorm._spark.runner import start
 
     return start(name, dict(conf or {}), topology)

@@ -39,7 +39,8 @@ class BaseSink(Component):
         ``state`` (for sinks with ``stores_state``) is the runtime's driver state after the
         batch (windowed aggregates' open windows), to store in the same atomic step.
         """
-        raise NotImplementedError(f"{type(self).__name__} must implement commit()")
+        msg = f"{type(self).__name__} must implement commit()"
+        raise NotImplementedError(msg)
 
     def committed_offsets(self) -> tuple[int, Mapping[str, Mapping[int, int]]] | None:
         """``(txid, {topic: {partition: end}})`` of the last batch committed, if it stores them.

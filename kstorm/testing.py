@@ -52,8 +52,11 @@ class ListSpout(BaseRichSpout):
         for b, batch in enumerate(self.batches):
             for r, row in enumerate(batch):
                 if len(row) != len(fields):
-                    raise TopologyError(f"ListSpout batch {b} row {r} has {len(row)} values, "
-                                        f"fields are {fields.to_list()}")
+                    msg = (
+                        f"ListSpout batch {b} row {r} has {len(row)} values, "
+                                        f"fields are {fields.to_list()}"
+                    )
+                    raise TopologyError(msg)
         self.schema = self._infer_schema()
 
     def _infer_schema(self) -> pa.Schema:
@@ -63,8 +66,11 @@ class ListSpout(BaseRichSpout):
             try:
                 kind = pa.array(column).type if column else pa.string()
             except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
-                raise TopologyError(f"ListSpout field {name!r} has values of mixed or "
-                                    f"unsupported types: {exc}") from exc
+                msg = (
+                    f"ListSpout field {name!r} has values of mixed or "
+                                    f"unsupported types: {exc}"
+                )
+                raise TopologyError(msg) from exc
             out.append(pa.field(name, pa.string() if kind == pa.null() else kind))
         return pa.schema(out)
 
@@ -135,6 +141,7 @@ class ManualClock:
         self.now_ms = start_ms
 
     def __call__(self) -> int:
+        """The current time in ms."""
         return self.now_ms
 
     def advance(self, ms: int) -> int:

@@ -4,8 +4,10 @@ Example:
     >>> from kstorm import TopologyBuilder, Fields
     >>> builder = TopologyBuilder()
     >>> builder.set_spout("sentences", spout)                                 # doctest: +SKIP
-    >>> builder.set_bolt("split", SplitSentence(), 2).shuffle_grouping("sentences")  # doctest: +SKIP
-    >>> builder.set_bolt("count", WordCount(), 4).fields_grouping("split", Fields("word"))  # doctest: +SKIP
+    >>> split = builder.set_bolt("split", SplitSentence(), 2)              # doctest: +SKIP
+    >>> split.shuffle_grouping("sentences")                                # doctest: +SKIP
+    >>> count = builder.set_bolt("count", WordCount(), 4)                  # doctest: +SKIP
+    >>> count.fields_grouping("split", Fields("word"))                     # doctest: +SKIP
     >>> topology = builder.create_topology()                                   # doctest: +SKIP
 """
 
@@ -108,9 +110,12 @@ class BoltDeclarer(_Declarer):
                         stream: str = DEFAULT_STREAM) -> BoltDeclarer:
         """Tuples with equal values of ``fields`` go to the same task."""
         if not isinstance(fields, Fields) or len(fields) == 0:
-            raise TopologyError(
+            msg = (
                 f"bolt {self.id!r}: fields_grouping on {component!r} needs non-empty "
                 f"Fields(...), got {fields!r}"
+            )
+            raise TopologyError(
+                msg
             )
         return self._add(GroupingKind.FIELDS, component, stream, fields)
 
@@ -145,23 +150,38 @@ class TopologyBuilder:
     def _add(self, cid: str, comp: Component, parallelism: int, *, is_spout: bool) -> None:
         kind = "spout" if is_spout else "bolt"
         if not isinstance(cid, str) or not cid:
-            raise TopologyError(f"{kind} ids must be non-empty strings, got {cid!r}")
+            msg = f"{kind} ids must be non-empty strings, got {cid!r}"
+            raise TopologyError(msg)
         if is_reserved(cid):
-            raise TopologyError(f"{kind} id {cid!r} is reserved (ids starting with '__' "
-                                "belong to kstorm's implicit components)")
+            msg = (
+                f"{kind} id {cid!r} is reserved (ids starting with '__' "
+                                "belong to kstorm's implicit components)"
+            )
+            raise TopologyError(msg)
         if cid in self._components:
-            raise TopologyError(f"duplicate component id {cid!r}: ids must be unique")
+            msg = f"duplicate component id {cid!r}: ids must be unique"
+            raise TopologyError(msg)
         if not isinstance(comp, Component):
-            raise TopologyError(f"{kind} {cid!r} must be a kstorm spout/bolt, "
-                                f"got {type(comp).__name__}")
+            msg = (
+                f"{kind} {cid!r} must be a kstorm spout/bolt, "
+                                f"got {type(comp).__name__}"
+            )
+            raise TopologyError(msg)
         if is_spout and not isinstance(comp, BaseRichSpout) and not _is_spout_like(comp):
-            raise TopologyError(f"spout {cid!r} is a {type(comp).__name__}, not a spout")
+            msg = f"spout {cid!r} is a {type(comp).__name__}, not a spout"
+            raise TopologyError(msg)
         if not is_spout and (isinstance(comp, BaseRichSpout) or _is_spout_like(comp)):
-            raise TopologyError(f"bolt {cid!r} is a spout ({type(comp).__name__}); "
-                                "use set_spout")
+            msg = (
+                f"bolt {cid!r} is a spout ({type(comp).__name__}); "
+                                "use set_spout"
+            )
+            raise TopologyError(msg)
         if isinstance(parallelism, bool) or not isinstance(parallelism, int) or parallelism < 1:
-            raise TopologyError(f"{kind} {cid!r}: parallelism must be an int >= 1, "
-                                f"got {parallelism!r}")
+            msg = (
+                f"{kind} {cid!r}: parallelism must be an int >= 1, "
+                                f"got {parallelism!r}"
+            )
+            raise TopologyError(msg)
         self._components[cid] = (comp, parallelism, is_spout)
         self._inputs[cid] = []
         self._conf[cid] = {}
@@ -169,7 +189,8 @@ class TopologyBuilder:
     def create_topology(self) -> StormTopology:
         """Validate the graph and freeze it; raises :class:`TopologyError` naming the part."""
         if not any(s for _, _, s in self._components.values()):
-            raise TopologyError("a topology needs at least one spout")
+            msg = "a topology needs at least one spout"
+            raise TopologyError(msg)
         streams = {cid: _declared_streams(cid, comp)
                    for cid, (comp, _, _) in self._components.items()}
         for cid, (_, _, is_spout) in self._components.items():
@@ -202,7 +223,8 @@ def _declared_streams(cid: str, comp: Component) -> dict[str, Fields]:
     except TopologyError:
         raise
     except Exception as exc:
-        raise TopologyError(f"component {cid!r}: declare_output_fields failed: {exc}") from exc
+        msg = f"component {cid!r}: declare_output_fields failed: {exc}"
+        raise TopologyError(msg) from exc
     extra = getattr(comp, "implicit_streams", None)
     if extra is not None:
         for stream, fields in extra().items():
@@ -213,26 +235,39 @@ def _declared_streams(cid: str, comp: Component) -> dict[str, Fields]:
 def _check_inputs(cid: str, inputs: list[Grouping], streams: dict[str, dict[str, Fields]],
                   components: dict[str, tuple[Component, int, bool]]) -> None:
     if not inputs:
-        raise TopologyError(f"bolt {cid!r} subscribes to nothing: add a grouping, e.g. "
-                            f"set_bolt({cid!r}, ...).shuffle_grouping('<component>')")
+        msg = (
+            f"bolt {cid!r} subscribes to nothing: add a grouping, e.g. "
+                            f"set_bolt({cid!r}, ...).shuffle_grouping('<component>')"
+        )
+        raise TopologyError(msg)
     seen: set[tuple[str, str]] = set()
     for g in inputs:
         if g.component not in components:
             known = sorted(components)
-            raise TopologyError(f"bolt {cid!r} subscribes to unknown component "
-                                f"{g.component!r}; known components: {known}")
+            msg = (
+                f"bolt {cid!r} subscribes to unknown component "
+                                f"{g.component!r}; known components: {known}"
+            )
+            raise TopologyError(msg)
         declared = streams[g.component]
         if g.stream not in declared:
-            raise TopologyError(f"bolt {cid!r} subscribes to stream {g.stream!r} of "
-                                f"{g.component!r}, which declares only {sorted(declared)}")
+            msg = (
+                f"bolt {cid!r} subscribes to stream {g.stream!r} of "
+                                f"{g.component!r}, which declares only {sorted(declared)}"
+            )
+            raise TopologyError(msg)
         if g.fields is not None:
             missing = [f for f in g.fields if f not in declared[g.stream]]
             if missing:
-                raise TopologyError(
+                msg = (
                     f"bolt {cid!r}: fields grouping on {missing} but stream {g.stream!r} of "
-                    f"{g.component!r} declares fields {declared[g.stream].to_list()}")
+                    f"{g.component!r} declares fields {declared[g.stream].to_list()}"
+                )
+                raise TopologyError(
+                    msg)
         if (g.component, g.stream) in seen:
-            raise TopologyError(f"bolt {cid!r} subscribes twice to {g.component}:{g.stream}")
+            msg = f"bolt {cid!r} subscribes twice to {g.component}:{g.stream}"
+            raise TopologyError(msg)
         seen.add((g.component, g.stream))
 
 
@@ -246,8 +281,11 @@ def _topological_order(components: dict[str, tuple[Component, int, bool]],
             return
         if state.get(cid) == 1:
             cycle = path[path.index(cid):] + [cid]
-            raise TopologyError(f"topology has a cycle: {' -> '.join(reversed(cycle))}; "
-                                f"component {cid!r} (directly or not) consumes its own output")
+            msg = (
+                f"topology has a cycle: {' -> '.join(reversed(cycle))}; "
+                                f"component {cid!r} (directly or not) consumes its own output"
+            )
+            raise TopologyError(msg)
         state[cid] = 1
         for g in inputs[cid]:
             visit(g.component, path + [cid])

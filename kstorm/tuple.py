@@ -29,10 +29,12 @@ class Fields(Sequence[str]):
                 flat.extend(name)
         for name in flat:
             if not isinstance(name, str) or not name:
-                raise TopologyError(f"field names must be non-empty strings, got {name!r}")
+                msg = f"field names must be non-empty strings, got {name!r}"
+                raise TopologyError(msg)
         dupes = sorted({n for n in flat if flat.count(n) > 1})
         if dupes:
-            raise TopologyError(f"duplicate field name(s) {dupes} in Fields{tuple(flat)}")
+            msg = f"duplicate field name(s) {dupes} in Fields{tuple(flat)}"
+            raise TopologyError(msg)
         self._names = tuple(flat)
         self._index = {n: i for i, n in enumerate(flat)}
 
@@ -64,7 +66,8 @@ class Fields(Sequence[str]):
         try:
             return self._index[name]
         except KeyError:
-            raise FieldError(f"no field {name!r}; the fields are {list(self._names)}") from None
+            msg = f"no field {name!r}; the fields are {list(self._names)}"
+            raise FieldError(msg) from None
 
     def to_list(self) -> list[str]:
         """The names as a list."""
@@ -126,9 +129,12 @@ class Tuple:
         try:
             return self.values[self.fields._index[name]]
         except KeyError:
-            raise FieldError(
+            msg = (
                 f"tuple from {self.source_component!r} stream {self.source_stream!r} has no "
                 f"field {name!r}; its fields are {self.fields.to_list()}"
+            )
+            raise FieldError(
+                msg
             ) from None
 
     def contains(self, name: str) -> bool:
@@ -188,8 +194,11 @@ def _typed(t: Tuple, i: int, kind: type | tuple[type, ...]) -> Any:
     value = t.values[i]
     if kind is int and isinstance(value, bool) or not isinstance(value, kind):
         name = t.fields[i] if i < len(t.fields) else i
-        raise TypeError(
+        msg = (
             f"field {name!r} of tuple from {t.source_component!r} is "
             f"{type(value).__name__} {value!r}, not {getattr(kind, '__name__', kind)}"
+        )
+        raise TypeError(
+            msg
         )
     return value

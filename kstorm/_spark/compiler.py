@@ -82,7 +82,8 @@ def compile_query(spark: SparkSession, topology: StormTopology, plan: Plan, name
 
     leaves = [env[i] for i in sorted(env) if not readers.get(i)]
     if not leaves:
-        raise TopologyError("the topology has no bolt or sink: nothing consumes its spouts")
+        msg = "the topology has no bolt or sink: nothing consumes its spouts"
+        raise TopologyError(msg)
     output = leaves[0]
     for frame in leaves[1:]:
         output = output.unionByName(frame)

@@ -9,8 +9,6 @@ from typing import Any
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
-
-from kstorm._clocks import CLOCKS_KEY, stream_clocks
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.streaming.datasource import (
@@ -19,6 +17,8 @@ from pyspark.sql.streaming.datasource import (
     ReadMaxRows,
     SupportsTriggerAvailableNow,
 )
+
+from kstorm._clocks import CLOCKS_KEY, stream_clocks
 
 NAME = "kstorm_list"
 

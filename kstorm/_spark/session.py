@@ -75,9 +75,11 @@ def log_path() -> Path:
 
 @contextlib.contextmanager
 def _jvm_output_to(path: Path) -> Iterator[None]:
-    """Start the JVM with stdout/stderr on ``path``: Spark's log4j banner and the TWS
-    workers' prints go there instead of the user's console (``KSTORM_SPARK_LOG=-`` keeps
-    them on the console)."""
+    """Start the JVM with its stdout/stderr on ``path``.
+
+    Spark's log4j banner and the TWS workers' prints go there instead of the user's
+    console (``KSTORM_SPARK_LOG=-`` keeps them on the console).
+    """
     if os.environ.get("KSTORM_SPARK_LOG") == "-":
         yield
         return

@@ -22,15 +22,21 @@ def read_spout(spark: SparkSession, spec: ComponentSpec, settings: Any,
 
         if spout.bootstrap_servers is None:
             if not settings.bootstrap_servers:
-                raise ConfigError(
+                msg = (
                     f"spout {spec.id!r}: no Kafka bootstrap servers: pass "
-                    "KafkaSpout(bootstrap_servers=...) or set 'kafka.bootstrap.servers'")
+                    "KafkaSpout(bootstrap_servers=...) or set 'kafka.bootstrap.servers'"
+                )
+                raise ConfigError(
+                    msg)
             spout = spout.with_bootstrap(settings.bootstrap_servers)
         return read_stream(spark, spout, pmax_file)
     if isinstance(spout, ListSpout):
         from kstorm._spark.list_source import read_list_spout
 
         return read_list_spout(spark, spout.batches, spout.schema, spout.partitions, pmax_file)
-    raise TopologyError(
+    msg = (
         f"spout {spec.id!r} is a {type(spout).__name__}: kstorm runs replayable spouts "
-        "(KafkaSpout, kstorm.testing.ListSpout), whose batches are fixed before they run")
+        "(KafkaSpout, kstorm.testing.ListSpout), whose batches are fixed before they run"
+    )
+    raise TopologyError(
+        msg)

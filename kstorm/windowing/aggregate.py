@@ -60,10 +60,14 @@ class Agg:
 
     def __post_init__(self) -> None:
         if self.kind not in _KINDS:
-            raise ConfigError(f"unknown aggregate {self.kind!r}; expected one of {_KINDS}")
+            msg = f"unknown aggregate {self.kind!r}; expected one of {_KINDS}"
+            raise ConfigError(msg)
         if (self.kind == "count") != (self.field is None):
-            raise ConfigError(f"Agg.{self.kind} takes {'no' if self.kind == 'count' else 'a'} "
-                              "field")
+            msg = (
+                f"Agg.{self.kind} takes {'no' if self.kind == 'count' else 'a'} "
+                              "field"
+            )
+            raise ConfigError(msg)
 
     @classmethod
     def count(cls) -> Agg:
@@ -109,14 +113,19 @@ class WindowedAggregate(WindowedBoltConfigMixin, BaseRichBolt):
     def __init__(self, key: str | Sequence[str] = (), **aggregates: Agg) -> None:
         self.key = [key] if isinstance(key, str) else list(key)
         if not aggregates:
-            raise ConfigError("WindowedAggregate needs at least one aggregate, e.g. "
-                              "count=Agg.count()")
+            msg = (
+                "WindowedAggregate needs at least one aggregate, e.g. "
+                              "count=Agg.count()"
+            )
+            raise ConfigError(msg)
         for name, agg in aggregates.items():
             if not isinstance(agg, Agg):
-                raise ConfigError(f"aggregate {name!r} must be an Agg, got {agg!r}")
+                msg = f"aggregate {name!r} must be an Agg, got {agg!r}"
+                raise ConfigError(msg)
         clash = set(self.key) & (set(aggregates) | {"window_start", "window_end"})
         if clash:
-            raise ConfigError(f"WindowedAggregate output names {sorted(clash)} are used twice")
+            msg = f"WindowedAggregate output names {sorted(clash)} are used twice"
+            raise ConfigError(msg)
         self.aggregates = dict(aggregates)
 
     def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
@@ -130,12 +139,18 @@ class WindowedAggregate(WindowedBoltConfigMixin, BaseRichBolt):
         """The validated plan of this aggregation."""
         cfg = self.window_config
         if not cfg.is_event_time or cfg.timestamp_field is None:
-            raise ConfigError(f"{type(self).__name__} needs event time: call "
-                              "with_timestamp_field(name) (an int field of epoch ms)")
+            msg = (
+                f"{type(self).__name__} needs event time: call "
+                              "with_timestamp_field(name) (an int field of epoch ms)"
+            )
+            raise ConfigError(msg)
         if not isinstance(cfg.window_length, Duration) or not isinstance(
                 cfg.sliding_interval, Duration):
-            raise ConfigError(f"{type(self).__name__} supports duration windows only; use a "
-                              "BaseWindowedBolt for count windows")
+            msg = (
+                f"{type(self).__name__} supports duration windows only; use a "
+                              "BaseWindowedBolt for count windows"
+            )
+            raise ConfigError(msg)
         return AggregateSpec(tuple(self.key), cfg.timestamp_field, cfg.window_length.ms,
                              cfg.sliding_interval.ms, cfg.lag.ms,
                              tuple(self.aggregates.items()), cfg.late_tuple_stream)
@@ -295,7 +310,7 @@ class AggregateWindows:
         n = closed.column("__n").to_pylist()
         keys = [closed.column(k).to_pylist() for k in self.spec.key]
         values: list[list[Any]] = []
-        for name, agg in self.spec.aggregates:
+        for _, agg in self.spec.aggregates:
             if agg.kind == "count":
                 values.append(n)
             elif agg.kind == "mean":

@@ -19,11 +19,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from kstorm.errors import ConfigError, SinkError
+from kstorm.sink import BaseSink
 
 from ._batch import Entry, Row, build_entries, flatten, key_function, value_function
 from ._codec import VALUE_CODECS, ValueCodec
-from kstorm.sink import BaseSink
-
 from ._keys import STATE_PREFIX, Namespace, check_name, offset_fields, parse_record
 from ._lua import commit_script
 from ._optimistic import commit_optimistic
