@@ -27,7 +27,9 @@ def pause_before_atomic_commit(what: str) -> None:
     if not marker:
         return
     path = Path(marker)
-    path.write_text(f"{what} pid={os.getpid()}\n")
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(f"{what} pid={os.getpid()}\n")
+    os.replace(tmp, path)  # appears with its content: a watcher never reads it half-written
     deadline = time.monotonic() + _MAX_PAUSE_S
     while path.exists() and time.monotonic() < deadline:
         time.sleep(_POLL_S)
