@@ -440,3 +440,20 @@ def test_ten_thousand_keys_commit_in_one_fast_step(config, name) -> None:
           f"all {[round(t * 1000) for t in timings]} ms")
     assert min(timings) < 1.0  # generous on a shared CI box; well under 0.1 s when idle
     assert sink.read_all(name + ":w9999") == {f"{name}:w9999": 9999 * 5}
+
+
+def test_runtime_commit_refuses_to_write_over_lost_batches(redis_server) -> None:
+    """Txids of one lineage are consecutive: a gap means Redis lost acknowledged writes."""
+    from kstorm.component import TopologyContext
+    from kstorm.tuple import Fields, Tuple
+    from sinks.redis import RedisConfig, RedisSink
+
+    sink = RedisSink(RedisConfig.from_url(redis_server.url), key="gap:{k}", value="v")
+    sink.open({}, TopologyContext("gap-topology", "store"))
+    row = [Tuple(["a", 1], Fields("k", "v"), "src")]
+    sink.commit(0, row, {})
+    sink.commit(1, row, {})
+    client = sink._redis()
+    client.delete(*client.keys("kstorm:gap-topology:store:*"))  # Redis "forgot" batches 0-1
+    with pytest.raises(SinkError, match="lost acknowledged writes"):
+        sink.commit(2, row, {})

@@ -171,7 +171,17 @@ class RedisSink(BaseSink):
                state: Mapping[str, bytes] | None = None) -> None:
         """Apply batch ``batch_id`` (txid = ``txid_base + batch_id``) with its offsets and state."""
         rows = [dict(zip(t.fields, t.values, strict=True)) for t in tuples]
-        self.commit_batch(self.txid_base + batch_id, rows, kafka_offsets(offsets), state)
+        txid = self.txid_base + batch_id
+        if txid > self.txid_base:  # every earlier txid of this lineage must be in Redis
+            recorded = self.committed().txid
+            if recorded is None or recorded < txid - 1:
+                msg = (f"{self!r}: Redis holds batch record txid {recorded} but txid "
+                       f"{txid - 1} was committed before this one: Redis lost acknowledged "
+                       "writes (restarted without persistence?). Stopping so nothing is "
+                       "written over the gap; restart the topology to resume from the "
+                       "sink's record")
+                raise SinkError(msg)
+        self.commit_batch(txid, rows, kafka_offsets(offsets), state)
 
     def committed_offsets(self) -> tuple[int, dict[str, dict[int, int]]] | None:
         """``(txid, {topic: {partition: end}})`` of the last committed batch, or None."""
