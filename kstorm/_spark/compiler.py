@@ -50,9 +50,17 @@ def compile_query(spark: SparkSession, topology: StormTopology, plan: Plan, name
 
     for stage in plan.stages:
         if stage.is_source:
-            window = next((s.head for s in plan.stages
+            window = next((s for s in plan.stages
                            if s.native_window and s.raw_spout == stage.head), None)
-            pmax_file = (str(state_dir / "pmax" / f"{window}.json") if window else None)
+            pmax_file = (str(state_dir / "pmax" / f"{window.head}.json") if window else None)
+            if window is not None and _fusable(stage, window, topology):
+                # the window's partials are computed in the spout's read tasks
+                ctx = _context(topology, plan, window, name, conf, carrier=True)
+                spec = topology.components[window.head].component.spec()
+                env[window.index] = read_spout(
+                    spark, topology.components[stage.head], settings, pmax_file,
+                    fused=WindowStageRunner(ctx, spec))
+                continue
             raw[stage.index] = read_spout(spark, topology.components[stage.head], settings,
                                           pmax_file)
             if readers[stage.index] or _feeds_sink(stage, topology, plan):
@@ -61,6 +69,8 @@ def compile_query(spark: SparkSession, topology: StormTopology, plan: Plan, name
             continue
         carrier = _is_raw_carrier(stage, plan, readers, topology)
         ctx = _context(topology, plan, stage, name, conf, carrier=carrier)
+        if stage.native_window and stage.index in env:
+            continue  # fused into its spout's read
         if stage.native_window:
             # offset order within each partition decides lateness: no exchange before it
             spec = topology.components[stage.head].component.spec()
@@ -94,6 +104,15 @@ def _context(topology: StormTopology, plan: Plan, stage: Stage, name: str,
              conf: dict[str, Any], *, carrier: bool) -> StageContext:
     policy = str(conf.get("kstorm.bolt.error.policy", "dead-letter"))
     return StageContext(topology, plan, stage.index, name, conf, carrier, policy)
+
+
+def _fusable(source: Stage, window: Stage, topology: StormTopology) -> bool:
+    """Whether a windowed aggregate can run inside its spout's read tasks (its only reader)."""
+    from kstorm.kafka_spout import KafkaSpout
+
+    spout = topology.components[source.head].component
+    return isinstance(spout, KafkaSpout) and [c for c, _ in topology.consumers(source.head)] == [
+        window.head]
 
 
 def _feeds_sink(stage: Stage, topology: StormTopology, plan: Plan) -> bool:

@@ -17,10 +17,12 @@ Example:
 
 from __future__ import annotations
 
+import base64
 import logging
+import pickle
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from typing import cast
+from typing import Any, cast
 
 import pyarrow as pa
 from confluent_kafka import Consumer
@@ -55,6 +57,7 @@ FORMAT = "kstorm_kafka"
 Marks = tuple[int, int]  # (low, high) watermark
 log = logging.getLogger("kstorm.kafka")
 CLOCKS_OPTION = "kstorm.clocks_file"
+FUSED_OPTION = "kstorm.fused_stage"  # a stage run inside read(): rows never reach the JVM
 CLOCK_COLUMN = "__pmax0"
 
 
@@ -89,19 +92,23 @@ class KafkaDataSource(DataSource):
     def streamReader(self, schema: StructType) -> KafkaStreamReader:
         """A stream reader for the spout in the options."""
         return KafkaStreamReader(KafkaSpout.from_options(self.options), schema,
-                                 self.options.get(CLOCKS_OPTION))
+                                 self.options.get(CLOCKS_OPTION),
+                                 self.options.get(FUSED_OPTION))
 
 
 class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Plans batches of Kafka offsets and reads them (see the module docstring)."""
 
     def __init__(self, spout: KafkaSpout, schema: StructType,
-                 clocks_file: str | None = None) -> None:
+                 clocks_file: str | None = None, fused: str | None = None) -> None:
         if spout.bootstrap_servers is None:
             msg = "kafka spout: bootstrap_servers is not set; use KafkaSpout.with_bootstrap()"
             raise ConfigError(msg)
         self.spout = spout
         self.clocks_file = clocks_file
+        # The first stage, when it reads this spout alone (e.g. a windowed aggregate's
+        # partials): run in the read task, so only its small output crosses into the JVM.
+        self.fused = pickle.loads(base64.b64decode(fused)) if fused else None
         self.bootstrap: str = spout.bootstrap_servers
         self.arrow_schema = to_arrow_schema(schema, timezone="UTC")
         # Driver-only bookkeeping (plain values; the reader is pickled to executors).
@@ -202,11 +209,19 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """The records of one range as Arrow batches with the query's schema."""
         task, clock = partition.value
-        for batch in read_range(self.spout, task):
+        if self.fused is not None:
+            yield from self.fused(self._with_clock(read_range(self.spout, task), clock))
+            return
+        for batch in self._with_clock(read_range(self.spout, task), clock):
+            yield batch if batch.schema.equals(self.arrow_schema) else batch.cast(self.arrow_schema)
+
+    def _with_clock(self, batches: Iterator[pa.RecordBatch], clock: int | None
+                    ) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
             if self.clocks_file is not None:
                 batch = batch.append_column(CLOCK_COLUMN, pa.array([clock] * batch.num_rows,
                                                                    pa.int64()))
-            yield batch if batch.schema.equals(self.arrow_schema) else batch.cast(self.arrow_schema)
+            yield batch
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -253,7 +268,8 @@ def register(spark: SparkSession) -> None:
 
 
 def read_stream(spark: SparkSession, spout: KafkaSpout,
-                clocks_file: str | None = None) -> DataFrame:
+                clocks_file: str | None = None, fused: Any = None,
+                fused_schema: str | None = None) -> DataFrame:
     """A streaming DataFrame of ``spout``'s records (columns: ``spout.arrow_schema()``).
 
     With ``clocks_file`` (written by a windowed aggregate's commit phase), each batch's
@@ -266,4 +282,7 @@ def read_stream(spark: SparkSession, spout: KafkaSpout,
     if clocks_file is not None:
         schema = schema.add(CLOCK_COLUMN, "long")
         options[CLOCKS_OPTION] = clocks_file
+    if fused is not None:
+        options[FUSED_OPTION] = base64.b64encode(cloudpickle.dumps(fused)).decode()
+        return spark.readStream.format(FORMAT).schema(fused_schema).options(**options).load()
     return spark.readStream.format(FORMAT).schema(schema).options(**options).load()

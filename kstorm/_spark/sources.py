@@ -11,7 +11,7 @@ from kstorm.topology import ComponentSpec
 
 
 def read_spout(spark: SparkSession, spec: ComponentSpec, settings: Any,
-               pmax_file: str | None = None) -> DataFrame:
+               pmax_file: str | None = None, fused: Any = None) -> DataFrame:
     """The raw rows of spout ``spec`` (its output fields, plus ids and error columns)."""
     from kstorm.kafka_spout import KafkaSpout
     from kstorm.testing import ListSpout
@@ -29,7 +29,9 @@ def read_spout(spark: SparkSession, spec: ComponentSpec, settings: Any,
                 raise ConfigError(
                     msg)
             spout = spout.with_bootstrap(settings.bootstrap_servers)
-        return read_stream(spark, spout, pmax_file)
+        from kstorm._spark.envelope import ENVELOPE_DDL
+
+        return read_stream(spark, spout, pmax_file, fused, ENVELOPE_DDL)
     if isinstance(spout, ListSpout):
         from kstorm._spark.list_source import read_list_spout
 

@@ -1,0 +1,41 @@
+"""kstorm's Python worker daemon for Spark (``spark.python.daemon.module``).
+
+Spark puts ``$SPARK_HOME/python/lib/pyspark.zip`` first on its Python workers' path. Python
+cannot cache bytecode for modules imported from a zip, so every new worker compiles pyspark
+again (about 1 s each for ``pyspark.worker`` on a 2-core machine, against 0.1 s from the
+installed package). When that zip belongs to the installed pyspark (a pip install: the same
+files), this daemon moves the zips behind the installed package, then runs Spark's own daemon,
+so every worker it forks imports compiled pyspark.
+
+It lives outside the ``kstorm`` package on purpose: importing ``kstorm`` would import pyarrow,
+and the daemon must not start threads before it forks workers (see ``pyspark/daemon.py``).
+"""
+
+from __future__ import annotations
+
+import importlib.machinery
+import os
+import sys
+
+
+def prefer_installed_pyspark(path: list[str]) -> list[str]:
+    """``path`` with Spark's pyspark/py4j zips moved last if they belong to the installed pyspark."""
+    zips = [p for p in path if p.endswith(".zip")
+            and os.path.basename(p).startswith(("pyspark", "py4j"))]
+    if not zips:
+        return path
+    rest = [p for p in path if p not in zips]
+    spec = importlib.machinery.PathFinder.find_spec("pyspark", rest)
+    if spec is None or spec.origin is None:
+        return path
+    home = os.path.realpath(os.path.dirname(spec.origin)) + os.sep
+    if not all(os.path.realpath(z).startswith(home) for z in zips):
+        return path  # a separate Spark distribution: keep its own pyspark
+    return rest + zips
+
+
+if __name__ == "__main__":
+    sys.path[:] = prefer_installed_pyspark(sys.path)
+    from pyspark import daemon
+
+    daemon.manager()
