@@ -19,7 +19,7 @@ import sys
 
 
 def prefer_installed_pyspark(path: list[str]) -> list[str]:
-    """``path`` with Spark's pyspark/py4j zips moved last if they belong to the installed pyspark."""
+    """``path`` with Spark's pyspark/py4j zips last, if they belong to the installed pyspark."""
     zips = [p for p in path if p.endswith(".zip")
             and os.path.basename(p).startswith(("pyspark", "py4j"))]
     if not zips:
