@@ -167,18 +167,18 @@ def latest_offsets(
 ) -> Offsets:
     """Confirmed end offsets: the high watermark, raised to what the tail of each partition shows.
 
-    A partition is read only when its high watermark is above the largest end known for it
-    (``known``, e.g. the batch start, and earlier answers for the same ``bootstrap``).
+    A partition is read only when its high watermark is above the end an earlier answer for
+    the same ``bootstrap`` confirmed. ``known`` (e.g. the batch start) only raises the result:
+    a start inside the broker's last record batch is at or above an understated high
+    watermark, yet the partition may hold more records after it.
     """
     ends: Offsets = {}
     to_read: list[KafkaTopicPartition] = []
     for (topic, partition), hw in high.items():
-        floor = max(
-            (known or {}).get((topic, partition), 0),
-            _KNOWN_ENDS.get((bootstrap, topic, partition), 0),
-        )
+        confirmed = _KNOWN_ENDS.get((bootstrap, topic, partition), 0)
+        floor = max((known or {}).get((topic, partition), 0), confirmed)
         ends[(topic, partition)] = max(hw, floor)
-        if hw > floor:
+        if hw > confirmed:
             to_read.append(KafkaTopicPartition(topic, partition, hw - 1))
     if to_read:
         ends.update(_read_tails(consumer, to_read, ends, clock))
