@@ -67,6 +67,12 @@ class DeadLetterWriter:
             )
             raise SinkError(msg)
 
+    def close(self) -> None:
+        """Flush and drop the producer (if one was created)."""
+        if self._producer is not None:
+            self._producer.flush(10)
+            self._producer = None
+
     def _get_producer(self) -> Any:
         if self._producer is None:
             from confluent_kafka import Producer

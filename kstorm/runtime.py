@@ -64,6 +64,11 @@ class TopologyHandle:
             snap["last_batch_ms"] = last["durationMs"].get("triggerExecution")
         return snap
 
+    @property
+    def recent_batches(self) -> list[dict[str, Any]]:
+        """Spark's progress reports of the recent micro-batches (durations, input rows)."""
+        return [dict(p) for p in self._query.recentProgress if p is not None]
+
     def await_termination(self, timeout: float | None = None) -> bool:
         """Wait until the topology stops (available-now: until the topics are drained).
 

@@ -156,10 +156,11 @@ class CommitPhase:
         return out
 
     def close(self) -> None:
-        """Close the sinks."""
+        """Close the sinks and the dead-letter producer."""
         if self._opened:
             for sink in self.sinks.values():
                 sink.close()
+        self.dead_letters.close()
 
 
 _EMPTY = pa.table({"__dest": pa.array([], pa.string()), "__task": pa.array([], pa.int32()),
