@@ -325,3 +325,23 @@ def test_malformed_json_goes_to_the_dead_letter_topic_and_the_rest_is_counted(
                   h["error_type"].decode(), value) for h, value in headers)
     assert got == sorted((topic_name, p, off, "MalformedJSON", value.encode())
                          for (p, off), value in zip(at, bad, strict=True))
+
+
+@pytest.mark.parametrize("policy", ["skip-and-count", "fail"])
+def test_bad_input_policy(spark, kafka, topic_name, tmp_path, produce, policy):
+    bootstrap = kafka.bootstrap_servers
+    create_topic(bootstrap, topic_name, partitions=1)
+    good = sentence_records(50, seed=8)
+    produce(bootstrap, topic_name, [*good[:20], "not json at all", *good[20:]], partition=0)
+    spout = KafkaSpout(topic_name, value_serde=JsonSerde(SENTENCE))
+    settings = conf(kafka, tmp_path / policy, **{"kstorm.bad.input.policy": policy})
+    if policy == "fail":
+        from kstorm import KstormError
+
+        with pytest.raises(KstormError, match=rf"{topic_name}\[0\]@20: MalformedJSON"):
+            run(topic_name, settings, word_count(spout, CaptureSink()))
+        return
+    handle = run(topic_name, settings, word_count(spout, CaptureSink()))
+    assert running_counts(handle.sinks["out"]) == counts_from(Counter(), Counter(words(good)))
+    assert handle.progress["components"]["sentences"]["skipped"] == 1
+    assert handle.progress["dead_letters"] == 0

@@ -62,7 +62,16 @@ class TopologyConfig(BaseModel):
     progress: bool = Field(False, alias="kstorm.progress")
     bolt_error_policy: str = Field("dead-letter", alias="kstorm.bolt.error.policy")
     dead_letter_topic: str | None = Field(None, alias="kstorm.dead.letter.topic")
+    bad_input_policy: str = Field("dead-letter", alias="kstorm.bad.input.policy")
     capture_emitted: bool = Field(False, alias="kstorm.capture.emitted")
+
+    @field_validator("bad_input_policy")
+    @classmethod
+    def _known_bad_input_policy(cls, value: str) -> str:
+        if value not in ("dead-letter", "fail", "skip-and-count"):
+            msg = f"expected 'dead-letter', 'fail' or 'skip-and-count', got {value!r}"
+            raise ValueError(msg)
+        return value
 
     @field_validator("bolt_error_policy")
     @classmethod

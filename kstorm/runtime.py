@@ -10,6 +10,7 @@ Example:
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -92,17 +93,25 @@ class TopologyHandle:
         self._query.processAllAvailable()
 
     def stop(self) -> None:
-        """Stop the topology (the batch in flight is finished or replayed on restart)."""
-        self._query.stop()
+        """Stop the topology (the batch in flight is finished or replayed on restart).
+
+        Stopping a topology that already failed does not raise again: the failure was
+        reported by :meth:`await_termination`.
+        """
+        try:
+            self._query.stop()
+        except Exception as exc:  # the query's own failure, re-raised by Spark on stop
+            log.debug("topology %r stopped after failing: %s", self.name, _cause(exc))
         self._commit.close()
 
 
 def _cause(exc: BaseException) -> str:
+    """The kstorm error inside a Spark failure (``SerdeError: spout 'x': ...``), if any."""
     text = str(exc)
-    for marker in ("KstormError", "TopologyError", "SinkError", "SourceError", "ConfigError"):
-        at = text.find(marker)
-        if at >= 0:
-            return text[at:].splitlines()[0]
+    found = re.findall(r"kstorm\.errors\.(\w+): (.+)", text)
+    if found:
+        name, message = found[-1]
+        return f"{name}: {message}"
     return text.splitlines()[0] if text else type(exc).__name__
 
 

@@ -9,6 +9,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kstorm._executor import Outgoing
+from kstorm.errors import SerdeError
 from kstorm.topology import StormTopology
 from kstorm.tuple import Tuple
 
@@ -72,6 +73,27 @@ def raw_tuples(batch: pa.RecordBatch, spout: str, topology: StormTopology, tasks
         else:
             message_id = msg_ids[i] if msg_ids is not None else None
         yield tasks[i], Tuple(values, fields, spout, "default", message_id)
+
+
+def bad_input(batch: pa.RecordBatch, spout: str, policy: str) -> tuple[list[list], int]:
+    """Apply ``kstorm.bad.input.policy`` to the rows the spout could not deserialize.
+
+    Returns (dead-letter values to write, rows skipped). ``fail`` raises a
+    :class:`SerdeError` naming the first bad record's topic, partition and offset.
+    """
+    records = list(raw_errors(batch))
+    if not records:
+        return [], 0
+    if policy == "skip-and-count":
+        return [], len(records)
+    if policy == "fail":
+        first = records[0]
+        msg = (f"spout {spout!r}: cannot deserialize the record at {first[5]}[{first[6]}]@"
+               f"{first[7]}: {first[2]}: {first[3]} (kstorm.bad.input.policy = 'fail')")
+        raise SerdeError(msg)
+    for values in records:
+        values[0] = spout
+    return records, 0
 
 
 def raw_errors(batch: pa.RecordBatch) -> Iterator[list]:

@@ -20,8 +20,8 @@ from kstorm._executor import Outgoing, StageExecutor
 from kstorm._ids import DEAD_LETTER_STREAM
 from kstorm._plan import Plan
 from kstorm._spark.envelope import (
+    bad_input,
     envelope_tuples,
-    raw_errors,
     raw_tuples,
     split_for,
     to_arrow,
@@ -43,6 +43,10 @@ class StageContext:
     carrier: bool            # this stage forwards the upstream's driver rows and raw errors
     on_bolt_error: str = "dead-letter"
     input_columns: list[str] | None = None  # names of the stage's input (TWS loses them)
+
+
+def _policy(ctx: StageContext) -> str:
+    return str(ctx.conf.get("kstorm.bad.input.policy", "dead-letter"))
 
 
 def _batch_id() -> int:
@@ -68,9 +72,11 @@ def _run(ctx: StageContext, executor: StageExecutor, batches: Iterator[pa.Record
             continue
         if stage.raw_spout is not None:
             if ctx.carrier:
-                for values in raw_errors(batch):
-                    values[0] = stage.raw_spout
+                dead, skipped = bad_input(batch, stage.raw_spout, _policy(ctx))
+                for values in dead:
                     executor.dead_letter_record(stage.raw_spout, values)
+                if skipped:
+                    executor.counters[f"{stage.raw_spout}.skipped"] += skipped
             tuples = raw_tuples(batch, stage.raw_spout, ctx.topology, task_of_row(batch))
         else:
             mine, others = split_for(batch, stage.head)

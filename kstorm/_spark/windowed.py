@@ -26,7 +26,7 @@ import pyarrow.compute as pc
 
 from kstorm._executor import Outgoing, dumps
 from kstorm._ids import DEAD_LETTER_STREAM
-from kstorm._spark.envelope import raw_errors
+from kstorm._spark.envelope import bad_input
 from kstorm._spark.stage import METRICS_DEST, StageContext, _batch_id
 from kstorm.windowing.aggregate import (
     AggregateSpec,
@@ -50,6 +50,10 @@ def stream_ids(batch: pa.RecordBatch) -> np.ndarray:
     """The input stream of each row: ``topic/partition`` for Kafka, one stream otherwise."""
     names = batch.schema.names
     if all(c in names for c in KAFKA_STREAM):
+        topic, part = batch.column("topic"), batch.column("partition")
+        if batch.num_rows and len(pc.unique(topic)) == 1 and len(pc.unique(part)) == 1:
+            # one read task reads one partition: skip building a string per row
+            return np.full(batch.num_rows, f"{topic[0].as_py()}/{part[0].as_py()}", dtype=object)
         topics = batch.column("topic").to_pylist()
         parts = batch.column("partition").to_pylist()
         return np.array([f"{t}/{p}" for t, p in zip(topics, parts, strict=True)], dtype=object)
@@ -74,6 +78,7 @@ class WindowStageRunner:
         pieces: list[pa.Table] = []
         late_rows: list[Outgoing] = []
         dead: list[Outgoing] = []
+        n_skipped = 0
         n_late = n_in = 0
         schema: pa.Schema | None = None
         late_consumers = (topology.consumers(component, self.spec.late_stream)
@@ -85,10 +90,11 @@ class WindowStageRunner:
             schema = batch.schema
             if "__error" in batch.schema.names:
                 if self.ctx.carrier and spout is not None:
-                    for values in raw_errors(batch):
-                        values[0] = spout
-                        dead.append(Outgoing(DEAD_LETTER_STREAM, 0, spout, "default",
-                                             dumps(values), None))
+                    policy = str(self.ctx.conf.get("kstorm.bad.input.policy", "dead-letter"))
+                    records, skipped = bad_input(batch, spout, policy)
+                    n_skipped += skipped
+                    dead.extend(Outgoing(DEAD_LETTER_STREAM, 0, spout, "default", dumps(v), None)
+                                for v in records)
                 batch = batch.filter(pc.is_null(batch.column("__error")))
             n_in += batch.num_rows
             streams = stream_ids(batch)
@@ -111,8 +117,8 @@ class WindowStageRunner:
                 pieces.append(partials(pa.Table.from_batches([batch]), self.spec))
         if schema is None:
             return
-        if dead:
-            counters_dead = {f"{spout}.dead_lettered": len(dead)}
+        if dead or n_skipped:
+            counters_dead = {f"{spout}.dead_lettered": len(dead), f"{spout}.skipped": n_skipped}
             dead.append(Outgoing(METRICS_DEST, 0, spout or "", "", pickle.dumps(counters_dead),
                                  None))
         merged = merge(pieces, self.spec) if pieces else empty_partials(self.spec, schema)

@@ -196,7 +196,9 @@ def late_mask(ts: np.ndarray, streams: np.ndarray, pmax: dict[Any, int], lag_ms:
     below ``latest - lag`` of its stream, latest taken over the rows before it.
     """
     late = np.zeros(len(ts), dtype=bool)
-    for stream in np.unique(streams) if len(streams) else ():
+    # dict.fromkeys: distinct streams by hashing (np.unique sorts Python objects: ~12 ms
+    # per 20k rows)
+    for stream in dict.fromkeys(streams.tolist()):
         idx = np.nonzero(streams == stream)[0]
         t = ts[idx]
         start = pmax.get(_py(stream), np.iinfo(np.int64).min + lag_ms + 1)
