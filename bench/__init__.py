@@ -1,0 +1,1 @@
+"""Benchmarks of kstorm: ``python -m bench`` (the standard benchmark), serdes, ackers."""

@@ -1,0 +1,143 @@
+"""``python -m bench``: the standard benchmark (see ``bench/standard.py``).
+
+Examples:
+    python -m bench                                 # 1,000,000 events, batches of 500,000
+    python -m bench --events 200000 --no-write      # a quick check, results not recorded
+    python -m bench --max-offsets 100000,250000,500000   # try several caps, report the fastest
+    python -m bench --profile                       # also a py-spy run (pip install py-spy)
+
+Exit status: 0 when every window result equals the ground truth, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench import report
+from bench.profile import summarize
+from bench.raw import RawResult, consume_and_aggregate
+from bench.standard import KstormRun, check_raw, cleanup, make_events, new_setup, run_kstorm
+
+RESULTS = Path(__file__).resolve().parent / "results" / "standard.md"
+BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
+DEFAULT_MAX_OFFSETS = "500000"
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line."""
+    p = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--events", type=int, default=1_000_000, help="events to produce")
+    p.add_argument("--keys", type=int, default=1000)
+    p.add_argument("--partitions", type=int, default=4)
+    p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--topic", default="events", help="topic name prefix (a run id is added)")
+    p.add_argument("--max-offsets", default=DEFAULT_MAX_OFFSETS,
+                   help="max_offsets_per_batch, or a comma list to try (the fastest is reported)")
+    p.add_argument("--master", default="local[2]", help="Spark master of the kstorm run")
+    p.add_argument("--profile", action="store_true",
+                   help="one more kstorm run under py-spy; where the time goes")
+    p.add_argument("--no-write", action="store_true", help=f"do not write {RESULTS.name}")
+    p.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE",
+                   help="extra Spark setting for the kstorm runs (repeatable; for experiments)")
+    p.add_argument("--keep", action="store_true",
+                   help="keep the run's temporary directory (logs, reports, py-spy samples)")
+    args = p.parse_args(argv)
+    args.max_offsets = [int(x.replace("_", "")) for x in args.max_offsets.split(",") if x]
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark; print the table; write the results file; 0 iff exact."""
+    args = parse_args(argv)
+    began = time.monotonic()
+    from kstorm.embedded import EmbeddedKafka, EmbeddedRedis
+
+    def log(text: str) -> None:
+        print(f"[{time.monotonic() - began:6.1f}s] {text}", flush=True)
+
+    workdir = Path(tempfile.mkdtemp(prefix="kstorm-bench-"))
+    setup = new_setup(workdir, args.master, args.topic)
+    try:
+        with EmbeddedKafka() as kafka, EmbeddedRedis() as redis_server:
+            setup.bootstrap, setup.redis_url = kafka.bootstrap_servers, redis_server.url
+            events, truth, ends, produce_s = make_events(
+                setup, args.events, args.seed, args.partitions, args.keys, log)
+            log(f"ground truth: {len(truth.windows):,} windows to emit, {truth.late:,} late, "
+                f"{truth.still_open:,} still open at the end")
+            raws = [consume_and_aggregate(setup.bootstrap, setup.topic, ends)]
+            log(f"raw consumer: {report.fmt_rate(raws[0].rate)} events/s")
+            problems = check_raw(events, raws[0])
+            runs = []
+            for cap in args.max_offsets:
+                run = run_kstorm(setup, truth, args.events, cap, spark_conf=args.spark_conf)
+                runs.append(run)
+                log(f"kstorm max_offsets_per_batch={cap:,}: steady "
+                    f"{report.fmt_rate(run.steady_rate)} ev/s, first result "
+                    f"{report.fmt_s(run.submit_to_first_result_s)} after submit, exact: "
+                    f"{'yes' if run.exact else 'NO ' + '; '.join(run.problems)}")
+            raws.append(consume_and_aggregate(setup.bootstrap, setup.topic, ends))
+            log(f"raw consumer again: {report.fmt_rate(raws[1].rate)} events/s")
+            profile_text = None
+            if args.profile:
+                raw_file = workdir / "pyspy.txt"
+                profiled = run_kstorm(setup, truth, args.events, best_of(runs).max_offsets,
+                                      profile=raw_file, spark_conf=args.spark_conf)
+                profile_text = summarize(raw_file.read_text(), profiled)
+                log("profiled run done")
+    finally:
+        if args.keep:
+            print(f"kept: {workdir}")
+        else:
+            cleanup(workdir)
+    raw = max(raws, key=lambda r: r.rate)
+    best = best_of(runs)
+    exact = all(r.exact for r in runs) and not problems
+    print()
+    print(report.table(raw, best))
+    if profile_text:
+        print("\n" + profile_text)
+    for line in problems + [p for r in runs for p in r.problems]:
+        print("PROBLEM:", line)
+    if not args.no_write:
+        write_results(args, raws, runs, best, produce_s, time.monotonic() - began, profile_text)
+        print(f"\nwritten: {RESULTS}")
+    return 0 if exact else 1
+
+
+def best_of(runs: list[KstormRun]) -> KstormRun:
+    """The run with the highest steady rate (end-to-end rate if it had a single batch)."""
+    return max(runs, key=lambda r: r.steady_rate or r.end_to_end_rate)
+
+
+def write_results(args: argparse.Namespace, raws: list[RawResult], runs: list[KstormRun],
+                  best: KstormRun, produce_s: float, wall_s: float,
+                  profile_text: str | None) -> None:
+    """Replace the generated block of ``bench/results/standard.md`` (the prose around it stays)."""
+    command = "python -m bench" + ("" if args.max_offsets == [int(DEFAULT_MAX_OFFSETS)] else
+                                   " --max-offsets " + ",".join(map(str, args.max_offsets)))
+    if args.events != 1_000_000:
+        command += f" --events {args.events}"
+    command += "".join(f" --spark-conf {kv}" for kv in args.spark_conf)
+    command += " --profile" if args.profile else ""
+    block = report.results_block(
+        command=command, when=f"{dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC", wall_s=wall_s,
+        events=args.events, produce_s=produce_s, master=args.master, raws=raws, runs=runs,
+        best=best, profile_text=profile_text)
+    text = RESULTS.read_text() if RESULTS.exists() else "# Standard benchmark\n\n"
+    block = f"{BEGIN}\n{block}\n{END}"
+    if BEGIN in text and END in text:
+        head, rest = text.split(BEGIN, 1)
+        text = head + block + rest.split(END, 1)[1]
+    else:
+        text = text.rstrip("\n") + "\n\n" + block + "\n"
+    RESULTS.write_text(text)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
