@@ -87,6 +87,9 @@ class KafkaSpout(BaseRichSpout):
             (``-2`` earliest, ``-1`` latest; unlisted partitions start at earliest).
         group_id: consumer group whose committed offsets follow the spout's progress.
         max_offsets_per_batch: at most this many records per batch, shared fairly.
+        first_batch_max_offsets: a smaller cap for the first batch after a (re)start, so
+            the first results come out soon even when the steady batches are large
+            (default: 50,000; ``None`` turns the ramp-up off).
         max_offsets_per_task: split a partition's range into read tasks of this size.
         consumer_config: extra librdkafka settings (security, fetch sizes...).
         poll_timeout: seconds one ``consume`` call waits for records.
@@ -107,6 +110,7 @@ class KafkaSpout(BaseRichSpout):
     starting_offsets: str | Mapping[str, Mapping[int, int]] = "earliest"
     group_id: str | None = None
     max_offsets_per_batch: int | None = None
+    first_batch_max_offsets: int | None = 50_000
     max_offsets_per_task: int | None = None
     consumer_config: Mapping[str, str] | None = None
     poll_timeout: float = 0.2
@@ -129,7 +133,8 @@ class KafkaSpout(BaseRichSpout):
         _check_optional_str("bootstrap_servers", self.bootstrap_servers)
         _check_optional_str("group_id", self.group_id)
         set_(self, "starting_offsets", self._check_starting_offsets())
-        for name in ("max_offsets_per_batch", "max_offsets_per_task"):
+        for name in ("max_offsets_per_batch", "first_batch_max_offsets",
+                     "max_offsets_per_task"):
             _check_positive_int(name, getattr(self, name))
         for name in ("poll_timeout", "read_timeout", "metadata_refresh_secs"):
             value = getattr(self, name)

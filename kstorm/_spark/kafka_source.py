@@ -117,6 +117,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target: Offsets | None = None
         self._latest: Offsets | None = None
         self._committed: dict | None = None  # last offsets told to the consumer group
+        self._planned = False  # whether this run planned a batch yet (first-batch ramp-up)
 
     # -- driver: offsets -------------------------------------------------------------------
 
@@ -175,10 +176,14 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         )
         earliest = {tp: lo for tp, (lo, _) in marks.items() if tp not in begin}
         cap = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        ramp = self.spout.first_batch_max_offsets
+        if cap is not None and ramp is not None and not self._planned:
+            cap = min(cap, ramp)  # ramp-up: the first batch after a start is small
         self._latest = latest
         end = plan_end(begin, latest, earliest, cap, self._target)
         if end == begin:
             return start
+        self._planned = True
         return {**to_json(end), **stream_clocks(self.clocks_file)}
 
     def prepareForTriggerAvailableNow(self) -> None:
