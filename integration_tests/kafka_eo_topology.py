@@ -24,14 +24,12 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from eo_topology import REPO, TopologyProcess, topic_ends
+from eo_topology import TopologyProcess, topic_ends
 
 from kstorm import BaseBasicBolt, Fields
 from kstorm.bolt import BasicOutputCollector
@@ -150,20 +148,11 @@ class KafkaTopologyProcess(TopologyProcess):
     """``python -m kafka_eo_topology`` in its own session (kill and reap as in eo_topology)."""
 
     @classmethod
-    def start(cls, argv: list[str], log_dir: Path, label: str,
-              env: dict[str, str] | None = None) -> KafkaTopologyProcess:
+    def start(cls, argv: list[str], log_dir: Path, label: str,  # type: ignore[override]
+              env: dict[str, str] | None = None, module: str = "kafka_eo_topology"
+              ) -> TopologyProcess:
         """Launch the runner; output to ``<log_dir>/<label>.log``."""
-        paths = [str(REPO), str(REPO / "integration_tests"),
-                 *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
-        full_env = {**os.environ, **(env or {}),
-                    "PYTHONPATH": os.pathsep.join(dict.fromkeys(paths)),
-                    "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
-                    "KSTORM_SPARK_LOG": str(log_dir / f"{label}.spark.log")}
-        out = open(log_dir / f"{label}.log", "wb")  # noqa: SIM115 (closed by kill/wait)
-        process = subprocess.Popen([sys.executable, "-m", "kafka_eo_topology", *argv],
-                                   env=full_env, stdout=out, stderr=subprocess.STDOUT,
-                                   stdin=subprocess.DEVNULL, start_new_session=True)
-        return cls(process, log_dir / f"{label}.log", [out])
+        return TopologyProcess.start(argv, log_dir, label, env, module=module)
 
 
 def main(argv: list[str] | None = None) -> int:

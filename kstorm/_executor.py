@@ -66,6 +66,14 @@ def dumps(values: Sequence[Any]) -> bytes:
 loads = pickle.loads
 
 
+class _Route(NamedTuple):
+    consumer: str
+    grouping: Any
+    fused: bool           # the consumer runs in this stage: deliver at once
+    parallelism: int      # the consumer's tasks
+    positions: list[int] | None  # grouping fields' positions (fields grouping only)
+
+
 @dataclass
 class _Task:
     bolt: Any
@@ -99,16 +107,20 @@ class StageExecutor:
         self._routes = {c: self._routes_of(c) for c in members}
 
     # ---- routing -------------------------------------------------------------------
-    def _routes_of(self, component: str) -> dict[str, list[tuple[str, Any, bool, Fields | None]]]:
-        """Stream -> [(consumer, grouping, fused?, grouping fields)]."""
-        routes: dict[str, list[tuple[str, Any, bool, Fields | None]]] = {}
-        for stream in self.topology.components[component].streams:
+    def _routes_of(self, component: str) -> dict[str, list[_Route]]:
+        """Stream -> its subscriptions, with what each emit needs computed once."""
+        routes: dict[str, list[_Route]] = {}
+        streams = self.topology.components[component].streams
+        for stream, fields in streams.items():
             for consumer, grouping in self.topology.consumers(component, stream):
                 where = self.plan.stage_of[consumer]
                 if where != DRIVER and self.plan.stages[where].raw_spout == component:
                     continue  # that stage reads this spout's raw rows itself
-                fused = where == self.stage.index
-                routes.setdefault(stream, []).append((consumer, grouping, fused, grouping.fields))
+                positions = ([fields.index(f) for f in grouping.fields]
+                             if grouping.fields is not None else None)
+                routes.setdefault(stream, []).append(_Route(
+                    consumer, grouping, where == self.stage.index,
+                    self.topology.components[consumer].parallelism, positions))
         return routes
 
     def _emit(self, component: str, task: int, stream: str, values: list[Any],
@@ -134,18 +146,19 @@ class StageExecutor:
             packed = dumps(values)
             self._out.append(Outgoing(CAPTURE_DEST, 0, component, stream, packed, None))
         meta = _meta_of(anchors)
-        for consumer, grouping, fused, gfields in self._routes[component].get(stream, ()):
-            par = self.topology.components[consumer].parallelism
-            h = stable_hash([values[fields.index(f)] for f in gfields]) if gfields else None
-            targets = task_for(grouping, par, h, self.partition if fused else task)
-            if fused:
+        for route in self._routes[component].get(stream, ()):
+            h = (stable_hash([values[i] for i in route.positions])
+                 if route.positions is not None else None)
+            targets = task_for(route.grouping, route.parallelism, h,
+                               self.partition if route.fused else task)
+            if route.fused:
                 tup = Tuple(values, fields, component, stream, source_task=task)
                 tup._ids = meta
                 for t in targets:
-                    self._deliver(consumer, t, tup)
+                    self._deliver(route.consumer, t, tup)
             else:
                 packed = packed if packed is not None else dumps(values)
-                self._out.extend(Outgoing(consumer, t, component, stream, packed, meta)
+                self._out.extend(Outgoing(route.consumer, t, component, stream, packed, meta)
                                  for t in targets)
 
     # ---- execution -----------------------------------------------------------------

@@ -39,7 +39,6 @@ from kstorm._ids import DEAD_LETTER_STREAM
 from kstorm._progress import Progress
 from kstorm._spark.stage import METRICS_DEST
 from kstorm._spark.windowed import window_dest
-from kstorm.component import TopologyContext
 from kstorm.sink import BaseSink
 from kstorm.topology import StormTopology
 from kstorm.tuple import Tuple
@@ -79,24 +78,10 @@ class CommitPhase:
         self.dead_letters = dead_letters
         self.windows = windows or {}
         self.captured: list[tuple[str, str, list[Any]]] = []
-        self._opened = False
         self._spouts = [s.id for s in topology.spouts()]
-
-    def mark_opened(self) -> None:
-        """The runner opened the sinks already (it needs their records before starting)."""
-        self._opened = True
-
-    def _open(self) -> None:
-        for sink_id, sink in self.sinks.items():
-            spec = self.topology.components[sink_id]
-            sink.open({**self.conf, **spec.conf},
-                      TopologyContext(self.name, sink_id, 0, 1, -1, {}))
-        self._opened = True
 
     def __call__(self, frame: Any, batch_id: int) -> None:
         started = time.monotonic()
-        if not self._opened:
-            self._open()
         # Step 1: the rows addressed to the driver.
         table: pa.Table = frame.toArrow()
         by_dest = _split(table)
@@ -156,10 +141,9 @@ class CommitPhase:
         return out
 
     def close(self) -> None:
-        """Close the sinks and the dead-letter producer."""
-        if self._opened:
-            for sink in self.sinks.values():
-                sink.close()
+        """Close the sinks (opened by the runner before the query starts) and the DLQ producer."""
+        for sink in self.sinks.values():
+            sink.close()
         self.dead_letters.close()
 
 

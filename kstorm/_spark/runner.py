@@ -62,7 +62,6 @@ def start(name: str, conf: dict[str, Any], topology: StormTopology) -> TopologyH
         writer = writer.trigger(processingTime=f"{settings.trigger_interval_ms} milliseconds")
     log.info("starting topology %r (%d stages) checkpoint=%s", name, len(plan.stages),
              checkpoint)
-    commit.mark_opened()
     return TopologyHandle(name, writer.start(), commit, settings)
 
 

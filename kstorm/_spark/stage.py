@@ -17,7 +17,6 @@ from typing import Any
 import pyarrow as pa
 
 from kstorm._executor import Outgoing, StageExecutor
-from kstorm._ids import DEAD_LETTER_STREAM
 from kstorm._plan import Plan
 from kstorm._spark.envelope import (
     bad_input,
@@ -124,10 +123,6 @@ class StageRunner:
 
         yield from _run(ctx, executor, batches, tasks)
 
-
-def dead_letter_outgoing(values: list[Any], component: str) -> Outgoing:
-    """An outgoing dead-letter record (used by the driver for tests and tools)."""
-    return Outgoing(DEAD_LETTER_STREAM, 0, component, "default", pickle.dumps(values), None)
 
 
 class _MapStateKeyValue:

@@ -27,7 +27,7 @@ import pyarrow.compute as pc
 from kstorm._executor import Outgoing, dumps
 from kstorm._ids import DEAD_LETTER_STREAM
 from kstorm._spark.envelope import bad_input
-from kstorm._spark.stage import METRICS_DEST, StageContext, _batch_id
+from kstorm._spark.stage import METRICS_DEST, StageContext
 from kstorm.windowing.aggregate import (
     AggregateSpec,
     AggregateWindows,
@@ -193,7 +193,3 @@ def _atomic_write(path: Path, data: bytes) -> None:
         os.fsync(f.fileno())
     os.replace(tmp, path)
 
-
-def current_batch() -> int:
-    """The micro-batch id of the running task."""
-    return _batch_id()

@@ -44,7 +44,7 @@ from kstorm.component import OutputFieldsDeclarer
 from kstorm.errors import ConfigError
 from kstorm.tuple import Fields
 from kstorm.windowing.builder import WindowedBoltConfigMixin
-from kstorm.windowing.config import LATE_TUPLE_FIELD, WindowConfig
+from kstorm.windowing.config import LATE_TUPLE_FIELD
 from kstorm.windowing.durations import Duration
 
 END = "__end"
@@ -338,7 +338,3 @@ class AggregateWindows:
 def _no_rows() -> pa.Table:
     return pa.table({END: pa.array([], pa.int64())})
 
-
-def config_of(bolt: WindowedAggregate) -> WindowConfig:
-    """The bolt's window configuration (validated)."""
-    return bolt.window_config
