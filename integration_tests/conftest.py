@@ -58,14 +58,14 @@ def spark() -> Iterator[Any]:
     os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
     from pyspark.sql import SparkSession
 
-    from kstorm._spark.session import spark_options
+    from kstorm._spark.session import launch_options
     from kstorm.config import TopologyConfig
 
     settings = TopologyConfig.from_conf(
         {"kstorm.spark.master": "local[2]", "kstorm.shuffle.partitions": 4}
     )
     options = {
-        **spark_options(settings),  # what kstorm itself runs with
+        **launch_options(settings),  # what kstorm itself runs with
         "spark.app.name": "kstorm-integration-tests",
         "spark.driver.memory": "1g",
         "spark.driver.host": "127.0.0.1",

@@ -58,6 +58,7 @@ class TopologyConfig(BaseModel):
     trigger_interval_ms: int = Field(1000, ge=0, alias="kstorm.trigger.interval.ms")
     shuffle_partitions: int | None = Field(None, ge=1, alias="kstorm.shuffle.partitions")
     spark_conf: dict[str, str] = Field(default_factory=dict, alias="kstorm.spark.conf")
+    spark_class_cache: bool = Field(True, alias="kstorm.spark.class.cache")
     output_dir: Path | None = Field(None, alias="kstorm.output.dir")
     progress: bool = Field(False, alias="kstorm.progress")
     bolt_error_policy: str = Field("dead-letter", alias="kstorm.bolt.error.policy")

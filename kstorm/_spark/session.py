@@ -14,6 +14,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
+from kstorm._spark import launch
 from kstorm.config import TopologyConfig
 
 _lock = threading.Lock()
@@ -56,16 +57,46 @@ def spark_options(settings: TopologyConfig) -> dict[str, str]:
     return {k: v for k, v in options.items() if v != ""}
 
 
-def get_session(settings: TopologyConfig) -> SparkSession:
-    """The process's SparkSession, created on first use with :func:`spark_options`."""
+def launch_options(settings: TopologyConfig) -> dict[str, str]:
+    """:func:`spark_options` plus the fast-start environment (``kstorm/_spark/launch.py``).
+
+    Call it right before creating the session: it sets ``SPARK_HOME`` (unless the user
+    did) and the Python executables in this process's environment, which the JVM inherits.
+    """
+    import pyspark
+
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    options = spark_options(settings)
+    cache = launch.cache_dir()
+    if "SPARK_HOME" not in os.environ:
+        try:
+            home = launch.compiled_spark_home(Path(pyspark.__file__).parent, cache)
+        except OSError as exc:  # a read-only cache: start as Spark would
+            log.debug("no compiled Spark home (%s)", exc)
+            home = None
+        if home is not None:
+            os.environ["SPARK_HOME"] = str(home)
+    if settings.spark_class_cache and "SPARK_HOME" in os.environ:
+        try:
+            extra = launch.class_archive_options(Path(os.environ["SPARK_HOME"]), cache)
+        except OSError as exc:
+            log.debug("no JVM class cache (%s)", exc)
+            extra = ""
+        if extra:
+            key = "spark.driver.extraJavaOptions"
+            options[key] = f"{options.get(key, '')} {extra}".strip()
+    return options
+
+
+def get_session(settings: TopologyConfig) -> SparkSession:
+    """The process's SparkSession, created on first use with :func:`launch_options`."""
     with _lock:
         active = SparkSession.getActiveSession()
         if active is not None:
             return active
         builder = SparkSession.builder
-        for key, value in spark_options(settings).items():
+        for key, value in launch_options(settings).items():
             builder = builder.config(key, value)
         with _jvm_output_to(log_path()):
             spark = builder.getOrCreate()

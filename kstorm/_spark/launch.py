@@ -1,0 +1,147 @@
+"""How Spark's processes start: two start-up costs kstorm removes before the first batch.
+
+1. **Spark's own Python processes compile pyspark from source.** Spark puts
+   ``$SPARK_HOME/python/lib/pyspark.zip`` first on the path of every Python process it
+   starts: the planner processes of Python data sources (one per lookup, per data source
+   created and per read planned), the streaming source runner and the worker daemons. Python
+   cannot cache bytecode for a zip, so each one compiles pyspark again (0.5-0.7 s of CPU). For
+   a pip-installed pyspark, :func:`compiled_spark_home` mirrors the installation without
+   ``python/lib`` (symlinks), and the JVM starts with that mirror as ``SPARK_HOME``: the same
+   jars and scripts, but its Python processes import the installed, byte-compiled pyspark.
+2. **The JVM loads ~20,000 classes from jars.** With class data sharing (JDK AppCDS), the
+   first session records the classes it loaded into an archive when its JVM exits
+   (``-XX:ArchiveClassesAtExit``); later sessions map that archive instead of parsing and
+   verifying the classes again (``-XX:SharedArchiveFile``). The archive is keyed by the JVM,
+   pyspark and Spark home, so an upgrade starts a new one; a JVM that cannot use it
+   (mismatch, truncated file) ignores it and starts as usual. Turn it off with
+   ``kstorm.spark.class.cache: false``.
+
+Both live in the cache directory (``$KSTORM_CACHE_DIR``, else ``$XDG_CACHE_HOME/kstorm``,
+else ``~/.cache/kstorm``).
+
+Example:
+    >>> home = compiled_spark_home(Path("/nonexistent/pyspark"), Path("/tmp"))
+    >>> home is None   # not a pip-installed pyspark: Spark's own home is kept
+    True
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+log = logging.getLogger("kstorm")
+
+_ARCHIVE_PREFIX = "spark-classes-"
+
+
+def cache_dir() -> Path:
+    """The cache directory of kstorm (created on demand by the functions that write to it)."""
+    explicit = os.environ.get("KSTORM_CACHE_DIR")
+    if explicit:
+        return Path(explicit)
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "kstorm"
+
+
+def compiled_spark_home(pyspark_dir: Path, cache: Path) -> Path | None:
+    """A Spark home like ``pyspark_dir`` whose Python processes import the installed pyspark.
+
+    Returns None (keep Spark's own home) unless ``pyspark_dir`` is a pip-installed pyspark
+    (it holds ``jars`` and ``python/lib/pyspark.zip``, a copy of the installed package).
+    """
+    if not (pyspark_dir / "jars").is_dir() or not (pyspark_dir / "python/lib/pyspark.zip"
+                                                    ).is_file():
+        return None
+    tag = hashlib.sha256(str(pyspark_dir.resolve()).encode()).hexdigest()[:12]
+    home = cache / f"spark-home-{tag}"
+    if (home / "jars").exists():
+        return home
+    staging = Path(tempfile.mkdtemp(prefix="spark-home-", dir=_made(cache)))
+    for entry in pyspark_dir.iterdir():
+        if entry.name not in ("python", "__pycache__"):
+            (staging / entry.name).symlink_to(entry.resolve())
+    try:
+        staging.rename(home)
+    except OSError:  # another process made it first: theirs is as good
+        _remove_tree(staging)
+    return home
+
+
+def class_archive_options(spark_home: Path, cache: Path) -> str:
+    """JVM options that use (or, the first time, record) the class-data-sharing archive."""
+    archive = cache / f"{_ARCHIVE_PREFIX}{_archive_key(spark_home)}.jsa"
+    quiet = "-Xlog:cds=off -Xlog:cds+dynamic=off"
+    if archive.is_file() or _claim_finished(cache, archive):
+        return f"-XX:SharedArchiveFile={archive} -Xshare:auto {quiet}"
+    if _recording_elsewhere(cache, archive):
+        return ""
+    _prune_archives(cache, keep=archive)
+    # Dumped when this JVM exits, under a temporary name; the next start claims it.
+    fd, partial = tempfile.mkstemp(prefix=f"{archive.stem}.", suffix=".partial",
+                                   dir=_made(cache))
+    os.close(fd)
+    return f"-XX:ArchiveClassesAtExit={partial} {quiet}"
+
+
+def _claim_finished(cache: Path, archive: Path) -> bool:
+    """Give a finished dump of an earlier run the archive's name; whether there was one.
+
+    A JVM writes the archive's header last, so a dump cut short is rejected by the JVM that
+    maps it (and that JVM starts without the archive).
+    """
+    now = time.time()
+    for partial in sorted(cache.glob(f"{archive.stem}.*.partial")):
+        st = partial.stat()
+        if st.st_size > 1_000_000 and now - st.st_mtime > 30:
+            partial.rename(archive)
+            return True
+    return False
+
+
+def _recording_elsewhere(cache: Path, archive: Path) -> bool:
+    """Whether a running JVM will dump the archive at its exit (one recording at a time)."""
+    now = time.time()
+    recording = False
+    for partial in cache.glob(f"{archive.stem}.*.partial"):
+        if now - partial.stat().st_mtime < 3600:
+            recording = True
+        else:  # its JVM was killed before it could dump
+            partial.unlink(missing_ok=True)
+    return recording
+
+
+def _archive_key(spark_home: Path) -> str:
+    import pyspark
+
+    java = shutil.which("java", path=os.path.join(os.environ["JAVA_HOME"], "bin")
+                        ) if os.environ.get("JAVA_HOME") else shutil.which("java")
+    binary = Path(java).resolve() if java else None
+    stamp = (binary.stat().st_mtime_ns, binary.stat().st_size) if binary else ()
+    material = "\n".join(map(str, [binary, stamp, pyspark.__version__, spark_home]))
+    return hashlib.sha256(material.encode()).hexdigest()[:16]
+
+
+def _prune_archives(cache: Path, keep: Path) -> None:
+    """Archives of other JVM / pyspark versions are dead weight (~150 MB each)."""
+    if not cache.is_dir():
+        return
+    for old in cache.glob(f"{_ARCHIVE_PREFIX}*.jsa"):
+        if old != keep:
+            old.unlink(missing_ok=True)
+
+
+def _made(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _remove_tree(path: Path) -> None:
+    for entry in path.iterdir():
+        entry.unlink()
+    path.rmdir()

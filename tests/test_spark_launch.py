@@ -1,0 +1,99 @@
+"""The fast-start environment of Spark's processes (``kstorm/_spark/launch.py``)."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from kstorm._spark import launch
+
+
+def _fake_pyspark(root: Path) -> Path:
+    pyspark = root / "site-packages" / "pyspark"
+    (pyspark / "jars").mkdir(parents=True)
+    (pyspark / "jars" / "spark-core.jar").write_bytes(b"jar")
+    (pyspark / "bin").mkdir()
+    (pyspark / "python" / "lib").mkdir(parents=True)
+    (pyspark / "python" / "lib" / "pyspark.zip").write_bytes(b"zip")
+    (pyspark / "__init__.py").write_text("")
+    return pyspark
+
+
+def test_compiled_home_mirrors_everything_but_the_zipped_python(tmp_path: Path) -> None:
+    pyspark = _fake_pyspark(tmp_path)
+    home = launch.compiled_spark_home(pyspark, tmp_path / "cache")
+    assert home is not None
+    assert (home / "jars" / "spark-core.jar").read_bytes() == b"jar"
+    assert (home / "bin").resolve() == (pyspark / "bin").resolve()
+    assert not (home / "python").exists()  # so no pyspark.zip lands on the Python path
+    assert launch.compiled_spark_home(pyspark, tmp_path / "cache") == home  # reused
+
+
+def test_a_spark_distribution_keeps_its_own_home(tmp_path: Path) -> None:
+    assert launch.compiled_spark_home(tmp_path / "not-pyspark", tmp_path / "cache") is None
+
+
+def _options(home: Path, cache: Path) -> str:
+    return launch.class_archive_options(home, cache)
+
+
+def test_first_start_records_then_later_starts_use_the_archive(tmp_path: Path) -> None:
+    home, cache = tmp_path / "home", tmp_path / "cache"
+    first = _options(home, cache)
+    assert "-XX:ArchiveClassesAtExit=" in first
+    partial = Path(first.split("ArchiveClassesAtExit=")[1].split()[0])
+    assert partial.exists()
+    # while that JVM runs (its dump is not written yet) nobody else records or uses one
+    assert _options(home, cache) == ""
+    # the JVM exits and dumps; once the dump has settled the next start claims it
+    partial.write_bytes(b"\0" * 2_000_000)
+    old = time.time() - 120
+    os.utime(partial, (old, old))
+    used = _options(home, cache)
+    assert "-XX:SharedArchiveFile=" in used
+    archive = Path(used.split("SharedArchiveFile=")[1].split()[0])
+    assert archive.is_file() and not partial.exists()
+    assert _options(home, cache) == used
+
+
+def test_a_fresh_dump_is_not_claimed_while_it_may_still_be_written(tmp_path: Path) -> None:
+    home, cache = tmp_path / "home", tmp_path / "cache"
+    first = _options(home, cache)
+    partial = Path(first.split("ArchiveClassesAtExit=")[1].split()[0])
+    partial.write_bytes(b"\0" * 2_000_000)  # being written right now
+    assert _options(home, cache) == ""
+
+
+def test_an_abandoned_recording_is_retried(tmp_path: Path) -> None:
+    home, cache = tmp_path / "home", tmp_path / "cache"
+    first = _options(home, cache)
+    partial = Path(first.split("ArchiveClassesAtExit=")[1].split()[0])
+    old = time.time() - 7200  # its JVM was killed before dumping
+    os.utime(partial, (old, old))
+    assert "-XX:ArchiveClassesAtExit=" in _options(home, cache)
+    assert not partial.exists()
+
+
+def test_archives_of_other_versions_are_removed(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    stale = cache / "spark-classes-0000000000000000.jsa"
+    stale.write_bytes(b"old")
+    _options(tmp_path / "home", cache)
+    assert not stale.exists()
+
+
+@pytest.mark.parametrize(("env", "expected"), [
+    ({"KSTORM_CACHE_DIR": "/x/kc"}, Path("/x/kc")),
+    ({"XDG_CACHE_HOME": "/x/xdg"}, Path("/x/xdg/kstorm")),
+])
+def test_cache_dir(monkeypatch: pytest.MonkeyPatch, env: dict[str, str], expected: Path
+                   ) -> None:
+    monkeypatch.delenv("KSTORM_CACHE_DIR", raising=False)
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    assert launch.cache_dir() == expected
