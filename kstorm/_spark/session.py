@@ -107,13 +107,13 @@ def get_session(settings: TopologyConfig) -> SparkSession:
         return spark
 
 
-def _warm_up(_: Iterator[Any]) -> Iterator[int]:
+def _warm_up(batches: Iterator[Any]) -> Iterator[Any]:
     # What the first batch's tasks import; workers are reused, so this is paid once.
     import kstorm._kafka_fetch  # noqa: F401
     import kstorm._spark.stage  # noqa: F401
     import kstorm._spark.windowed  # noqa: F401
 
-    yield 0
+    yield from batches
 
 
 def _warm_workers(spark: SparkSession) -> None:
@@ -121,13 +121,15 @@ def _warm_workers(spark: SparkSession) -> None:
 
     The first micro-batch otherwise pays for forking workers and importing pyarrow,
     confluent-kafka and kstorm in them (seconds on 2 cores), which is most of the time to
-    the first result; this job overlaps that with the query's own start.
+    the first result; this job overlaps that with the query's own start. It must be a SQL
+    Arrow job like the stages' (``mapInArrow``): Spark keeps one worker daemon per set of
+    worker environment variables, and an RDD job's differ from a SQL job's.
     """
     n = spark.sparkContext.defaultParallelism
 
     def run() -> None:
         try:
-            spark.sparkContext.parallelize(range(n), n).mapPartitions(_warm_up).count()
+            spark.range(n, numPartitions=n).mapInArrow(_warm_up, "id long").collect()
         except Exception as exc:  # only an optimisation
             log.debug("warming Python workers failed: %s", exc)
 
