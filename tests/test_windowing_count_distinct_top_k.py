@@ -190,16 +190,19 @@ def test_state_is_canonical_and_json_results(tmp_path: Path) -> None:
             [(1, "a", "pen"), (2, "b", "cup"), (3, "a", "ink"), (4, "a", "pen"), (5, "b", None)]]
     one = WindowCommit("agg", spec, tmp_path / "one")
     two = WindowCommit("agg", spec, tmp_path / "two")
-    _, w1 = one.commit(0, [task_payload(rows, spec, {})])
-    _, w2 = two.commit(0, [task_payload(rows[3:], spec, {}), task_payload(rows[:3], spec, {})])
+    other = [("t/1", 7, "a", "mug", 2)]
+    _, w1 = one.commit(0, [task_payload(rows, spec, {}), task_payload(other, spec, {})])
+    _, w2 = two.commit(0, [task_payload(other, spec, {}), task_payload(rows[3:], spec, {}),
+                           task_payload(rows[:3], spec, {})])
     # the same open windows, whatever the split into tasks: the same bytes to store
     assert w1.snapshot() == w2.snapshot()
     restored = WindowCommit("agg", spec, tmp_path / "three")
     restored.seed(w1.snapshot())
-    final = [("t/0", 500, "a", "cup", 0)]
+    final = [("t/0", 500, "a", "cup", 0), ("t/1", 500, "a", "cup", 0)]
     results, _ = restored.commit(0, [task_payload(final, spec, w1.latest)])
-    # a: ts 1, 3, 4 (num 1, 0, 1); b: ts 2, 5 (num 2, 2; one null item)
-    assert results == [["a", 0, 10, 3, 2, 2, [["pen", 2], ["ink", 1]], 2, [[1, 2], [0, 1]]],
+    # a: ts 1, 3, 4, 7 (num 1, 0, 1, 2); b: ts 2, 5 (num 2, 2; one null item)
+    assert results == [["a", 0, 10, 4, 4, 3, [["pen", 2], ["ink", 1], ["mug", 1]], 3,
+                        [[1, 2], [0, 1]]],  # (top_k("num", 2): 2 of the 3 values)
                        ["b", 0, 10, 2, 4, 1, [["cup", 1]], 1, [[2, 2]]]]
     assert json.loads(json.dumps(results)) == results
 

@@ -414,7 +414,9 @@ class AggregateWindows:
 
     def snapshot(self) -> bytes:
         """Everything needed to resume (open windows, stream clocks, late count)."""
-        return pickle.dumps({"open": self.open, "latest": self.latest, "late": self.late},
+        latest = dict(sorted(self.latest.items(), key=lambda item: str(item[0])))
+        # (streams sorted: the same state gives the same bytes, whatever the tasks' order)
+        return pickle.dumps({"open": self.open, "latest": latest, "late": self.late},
                             protocol=5)
 
     def restore(self, data: bytes) -> None:

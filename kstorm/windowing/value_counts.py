@@ -6,8 +6,9 @@ of ``field`` with its number of occurrences, as two aligned list columns::
     key  __end  __values__item    __counts__item
     "a"  10000  ["pen", "cup"]    [3, 1]
 
-Building one from rows, merging several and reading results are Arrow group-bys, sorts and
-list flattening: no Python runs per tuple. Counters are exact (they keep every distinct
+Building one from rows, merging several and reading results are Arrow and numpy vector
+operations (dictionary encoding, one sort of int64 codes, list flattening): no Python runs
+per tuple. Counters are exact (they keep every distinct
 value of an open window) and canonical: groups sorted by the group columns, values sorted
 within a group, so equal windows give equal tables (and equal snapshot bytes) however the
 input was split into batches and tasks. Null values are kept in the counter (a group whose
@@ -53,18 +54,14 @@ def counter_fields(field: str, value_type: pa.DataType) -> list[pa.Field]:
 
 def count_values(rows: pa.Table, group: Sequence[str], field: str) -> pa.Table:
     """One row per group of ``rows``: the group columns and the counter of ``field``."""
-    long = rows.select(list(group)).append_column(_VALUE, rows.column(field))
-    counts = long.group_by([*group, _VALUE], use_threads=False).aggregate(
-        [([], "count_all")])
-    return _collect(counts.rename_columns({"count_all": _COUNT}), group, field)
+    return _count(rows.select(list(group)), rows.column(field), None, field)
 
 
 def merge_counters(tables: Sequence[pa.Table], group: Sequence[str], field: str) -> pa.Table:
     """Add up the counters of ``field`` of the same group across ``tables``."""
-    long = pa.concat_tables([_explode(t, group, field) for t in tables],
-                            promote_options="permissive")
-    counts = long.group_by([*group, _VALUE], use_threads=False).aggregate([(_COUNT, "sum")])
-    return _collect(counts.rename_columns({f"{_COUNT}_sum": _COUNT}), group, field)
+    pieces = [_explode(t, group, field) for t in tables]
+    long = pa.concat_tables(pieces, promote_options="permissive")
+    return _count(long.select(list(group)), long.column(_VALUE), long.column(_COUNT), field)
 
 
 def _explode(table: pa.Table, group: Sequence[str], field: str) -> pa.Table:
@@ -75,14 +72,58 @@ def _explode(table: pa.Table, group: Sequence[str], field: str) -> pa.Table:
     return out.append_column(_COUNT, pc.list_flatten(table.column(counts_column(field))))
 
 
-def _collect(counts: pa.Table, group: Sequence[str], field: str) -> pa.Table:
-    order = [(c, "ascending") for c in group]
-    counts = counts.sort_by([*order, (_VALUE, "ascending")])
-    lists = counts.group_by(list(group), use_threads=False).aggregate(
-        [(_VALUE, "list"), (_COUNT, "list")])
-    lists = lists.rename_columns({f"{_VALUE}_list": values_column(field),
-                                  f"{_COUNT}_list": counts_column(field)})
-    return lists.sort_by(order)  # (already in this order; sorting states it, cheaply)
+def _count(groups: pa.Table, values: pa.ChunkedArray, weights: pa.ChunkedArray | None,
+           field: str) -> pa.Table:
+    """Count ``values`` per group (adding ``weights`` if given), in canonical order.
+
+    Each row gets one int64 code ordering it by (group columns, value) -- the rank of each
+    column's value among its distinct values, combined in mixed radix -- so one numpy sort
+    both groups the rows and puts groups and values in sorted order (nulls last).
+    """
+    code, radix = _codes([*groups.columns, values])
+    order = np.argsort(code)
+    ordered = code[order]
+    starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]]) if len(code) else order
+    first = order[starts]  # a row of each (group, value): any one, they hold equal values
+    if weights is None:
+        counts = np.diff(np.r_[starts, len(code)])
+    else:
+        w = pc.fill_null(weights, 0).to_numpy().astype(np.int64)
+        counts = np.add.reduceat(w[order], starts) if len(code) else w
+    group_of = ordered[starts] // radix
+    bounds = np.flatnonzero(np.r_[True, group_of[1:] != group_of[:-1]]) if len(starts) else starts
+    offsets = pa.array(np.r_[bounds, len(starts)], pa.int32())
+    out = groups.take(pa.array(first[bounds]))
+    value_list = pa.ListArray.from_arrays(offsets, values.take(pa.array(first)).combine_chunks())
+    count_list = pa.ListArray.from_arrays(offsets, pa.array(counts, pa.int64()))
+    out = out.append_column(values_column(field), value_list)
+    return out.append_column(counts_column(field), count_list)
+
+
+def _codes(columns: Sequence[pa.ChunkedArray]) -> tuple[np.ndarray, int]:
+    """Row codes ordered like the rows' (column ranks...); and the last column's radix."""
+    code = np.zeros(len(columns[0]), dtype=np.int64)
+    span = 1  # codes are in [0, span)
+    radix = 1
+    for column in columns:
+        rank, radix = _ranks(column)
+        if span * radix >= 2**62:  # renumber the codes densely first (order kept)
+            uniq, code = np.unique(code, return_inverse=True)
+            span = len(uniq)
+        code = code * radix + rank
+        span *= radix
+    return code, radix
+
+
+def _ranks(column: pa.ChunkedArray) -> tuple[np.ndarray, int]:
+    """Each row's rank among the column's distinct values in sort order (null: last)."""
+    encoded = pc.dictionary_encode(column.combine_chunks())
+    dictionary = encoded.dictionary
+    n = len(dictionary)
+    rank = np.empty(n + 1, dtype=np.int64)
+    rank[pc.array_sort_indices(dictionary).to_numpy()] = np.arange(n)
+    rank[n] = n
+    return rank[pc.fill_null(encoded.indices, n).to_numpy()], n + 1
 
 
 def sort_groups(table: pa.Table, group: Sequence[str]) -> pa.Table:
