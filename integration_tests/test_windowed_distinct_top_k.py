@@ -24,6 +24,7 @@ import pytest
 
 from kstorm import Fields, KafkaSpout, TopologyBuilder, submit_topology
 from kstorm._kafka import create_topic
+from kstorm.testing import CaptureSink, ListSpout, run_to_completion
 from kstorm.windowing import Duration
 from kstorm.windowing.aggregate import Agg, WindowedAggregate
 from serdes import JsonSerde
@@ -140,3 +141,26 @@ def test_distinct_and_top_k_windows_survive_a_lost_checkpoint(spark, kafka, redi
     assert sum(h.progress["components"]["per_key"]["late"] for h in (first, second)) == late
     assert second.progress["offsets"]["events"] == {
         topic_name: {str(p): PER_PARTITION for p in range(PARTITIONS)}}
+
+
+def test_late_tuples_are_routed_and_left_out_of_the_counters(spark, tmp_path):
+    # lag 2 s: after t=20 s arrives, anything before 18 s is late (as for Agg.count)
+    rows = [[("k", 1000, "pen"), ("k", 20_000, "cup"), ("k", 17_000, "ink"),
+             ("k", 19_000, "cup"), ("k", 12_000, "cup")],
+            [("k", 5_000, "mug"), ("k", 40_000, "pen")]]
+    agg = (WindowedAggregate(key="key", n=Agg.count(), items=Agg.count_distinct("item"),
+                             top=Agg.top_k("item", 2))
+           .with_tumbling_window(Duration.seconds(10)).with_timestamp_field("ts")
+           .with_lag(Duration.seconds(2)).with_late_tuple_stream("late"))
+    b = TopologyBuilder()
+    b.set_spout("events", ListSpout(rows, Fields("key", "ts", "item")))
+    b.set_bolt("w", agg).fields_grouping("events", Fields("key"))
+    b.set_bolt("out", CaptureSink()).shuffle_grouping("w")
+    b.set_bolt("late", CaptureSink()).shuffle_grouping("w", stream="late")
+    result = run_to_completion(b.create_topology(), {"kstorm.checkpoint.dir": str(tmp_path)})
+    late = sorted((t.values[0]["ts"], t.values[0]["item"]) for t in result.sinks["late"].tuples)
+    assert late == [(5_000, "mug"), (12_000, "cup"), (17_000, "ink")]
+    assert result.progress["components"]["w"]["late"] == 3
+    # watermark 38 s closes (0,10] and (10,20]; (30,40] stays open
+    assert result.sinks["out"].values == [["k", 0, 10_000, 1, 1, [["pen", 1]]],
+                                          ["k", 10_000, 20_000, 2, 1, [["cup", 2]]]]
