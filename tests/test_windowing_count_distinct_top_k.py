@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import random
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,7 @@ from hypothesis import strategies as st
 
 from kstorm._spark.windowed import WindowCommit
 from kstorm.errors import ConfigError
-from kstorm.windowing import Duration
+from kstorm.windowing import Duration, value_counts
 from kstorm.windowing.aggregate import (
     Agg,
     AggregateSpec,
@@ -169,6 +170,37 @@ def test_windows_close_exactly_when_a_count_would(tmp_path_factory: Any, work: A
     alone, late_alone = run(batches, plain, tmp_path_factory.mktemp("b"))
     assert [(b, r[:5]) for b, r in counted] == alone
     assert late == late_alone
+
+
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(workloads())
+def test_without_key_one_counter_per_window(tmp_path_factory: Any, work: Any) -> None:
+    batches, length, slide, lag, k = work
+    spec = make_spec(length, slide, lag, k)
+    spec = AggregateSpec((), "ts", length, slide, lag, spec.aggregates)
+    got, late = run(batches, spec, tmp_path_factory.mktemp("g"))
+    one_key = [[[(s, ts, "-", item, num) for s, ts, _, item, num in rows] for rows in tasks]
+               for tasks in batches]
+    expected, expected_late = model(one_key, length, slide, lag, k)
+    assert (got, late) == ([(b, r[1:]) for b, r in expected], expected_late)
+
+
+def test_counters_over_many_high_cardinality_group_columns() -> None:
+    # 5 group columns of ~6k distinct values each: rank codes are renumbered to fit int64
+    rng = random.Random(5)
+    rows = [[rng.randrange(10_000) for _ in range(5)] + [rng.choice("xyz")] for _ in range(10_000)]
+    rows += rows[:50]  # some groups twice
+    names = ["a", "b", "c", "d", "e", "v"]
+    table = pa.table({n: [r[i] for r in rows] for i, n in enumerate(names)})
+    counter = value_counts.count_values(table, names[:5], "v")
+    expected = Counter(tuple(r) for r in rows)
+    groups = sorted({tuple(r[:5]) for r in rows})
+    assert [tuple(counter.column(n)[i].as_py() for n in names[:5])
+            for i in range(counter.num_rows)] == groups
+    assert value_counts.distinct_counts(counter, "v") == [
+        len({r[5] for r in rows if tuple(r[:5]) == g}) for g in groups]
+    assert sum(value_counts.distinct_counts(counter, "v")) == len(expected)
 
 
 def test_replayed_batch_gives_the_same_windows(tmp_path: Path) -> None:
