@@ -1,4 +1,6 @@
-"""Built-in windowed aggregations (count, sum, min, max, mean) that never run per-tuple Python.
+"""Built-in windowed aggregations that never run per-tuple Python.
+
+count, sum, min, max, mean, count_distinct and top_k (see :class:`Agg`).
 
 A :class:`WindowedAggregate` is declared like any windowed bolt::
 
@@ -12,6 +14,8 @@ and runs in two halves, both vectorized with Arrow compute:
 
 1. On executors, for each batch of spout rows: drop the late rows (see below), assign each
    row to its windows and reduce to *partials* per (key, window end) — :func:`partials`.
+   ``count_distinct`` and ``top_k`` partials are value counters (list columns, see
+   :mod:`kstorm.windowing.value_counts`); the others are one scalar column each.
 2. In the commit phase of each batch: merge the partials into the open windows, advance the
    watermark, and emit every window whose end the watermark has passed —
    :class:`AggregateWindows`.
@@ -46,17 +50,32 @@ from kstorm.tuple import Fields
 from kstorm.windowing.builder import WindowedBoltConfigMixin
 from kstorm.windowing.config import LATE_TUPLE_FIELD
 from kstorm.windowing.durations import Duration
+from kstorm.windowing.value_counts import (
+    count_values,
+    counter_fields,
+    counts_column,
+    distinct_counts,
+    merge_counters,
+    sort_groups,
+    top_values,
+    values_column,
+)
 
 END = "__end"
-_KINDS = ("count", "sum", "min", "max", "mean")
+_KINDS = ("count", "sum", "min", "max", "mean", "count_distinct", "top_k")
+_COUNTED = ("count_distinct", "top_k")  # aggregates computed from a value counter
 
 
 @dataclass(frozen=True)
 class Agg:
-    """One aggregate of a :class:`WindowedAggregate`: ``Agg.count()``, ``Agg.sum("value")``..."""
+    """One aggregate of a :class:`WindowedAggregate`: ``Agg.count()``, ``Agg.sum("value")``...
+
+    Results are plain Python values (ints, floats, lists), so sinks can store them as JSON.
+    """
 
     kind: str
     field: str | None = None
+    k: int | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in _KINDS:
@@ -67,6 +86,19 @@ class Agg:
                 f"Agg.{self.kind} takes {'no' if self.kind == 'count' else 'a'} "
                               "field"
             )
+            raise ConfigError(msg)
+        if self.field is not None and (not isinstance(self.field, str) or not self.field
+                                       or self.field.startswith("__")):
+            msg = (f"Agg.{self.kind}: the field must be a non-empty field name not starting "
+                   f"with '__', got {self.field!r}")
+            raise ConfigError(msg)
+        if self.kind == "top_k":
+            if isinstance(self.k, bool) or not isinstance(self.k, int) or self.k < 1:
+                msg = (f"Agg.top_k({self.field!r}, k): k must be an int >= 1 (how many values "
+                       f"to keep per window), got {self.k!r}")
+                raise ConfigError(msg)
+        elif self.k is not None:
+            msg = f"Agg.{self.kind} takes no k (only Agg.top_k does), got k={self.k!r}"
             raise ConfigError(msg)
 
     @classmethod
@@ -93,6 +125,34 @@ class Agg:
     def mean(cls, field: str) -> Agg:
         """Mean of ``field`` (a float)."""
         return cls("mean", field)
+
+    @classmethod
+    def count_distinct(cls, field: str) -> Agg:
+        """Exact number of distinct non-null values of ``field`` (an int).
+
+        Example:
+            >>> agg = WindowedAggregate(key="page", visitors=Agg.count_distinct("user"))
+
+        emits ``(page, window_start, window_end, visitors)``. Exact: the open windows keep
+        every distinct value until they close (memory grows with the distinct values per
+        key and open window).
+        """
+        return cls("count_distinct", field)
+
+    @classmethod
+    def top_k(cls, field: str, k: int) -> Agg:
+        """The ``k`` most frequent non-null values of ``field``: ``[[value, count], ...]``.
+
+        Sorted by count descending, then value ascending (ties resolve the same on every
+        run); fewer than ``k`` pairs when the window has fewer distinct values. Exact, like
+        :meth:`count_distinct`.
+
+        Example:
+            >>> agg = WindowedAggregate(key="shop", best=Agg.top_k("item", 3))
+
+        emits e.g. ``("s1", 0, 10000, [["pen", 7], ["cup", 2], ["ink", 2]])``.
+        """
+        return cls("top_k", field, k)
 
 
 class WindowedAggregate(WindowedBoltConfigMixin, BaseRichBolt):
@@ -173,14 +233,19 @@ class AggregateSpec:
     late_stream: str | None = None
 
     def partial_columns(self) -> list[tuple[str, str, str]]:
-        """(partial column, input field, Arrow hash aggregate) for each partial."""
+        """(partial column, input field, Arrow hash aggregate) for each scalar partial."""
         out: dict[str, tuple[str, str, str]] = {"__n": ("__n", "", "count_all")}
         for _, agg in self.aggregates:
             how = "sum" if agg.kind == "mean" else agg.kind
-            if how != "count":
+            if how != "count" and how not in _COUNTED:
                 column = partial_column(how, agg.field or "")
                 out[column] = (column, agg.field or "", how)
         return list(out.values())
+
+    def counted_fields(self) -> list[str]:
+        """The fields whose values are counted (for ``count_distinct`` and ``top_k``)."""
+        return list(dict.fromkeys(agg.field or "" for _, agg in self.aggregates
+                                  if agg.kind in _COUNTED))
 
 
 def partial_column(how: str, field: str) -> str:
@@ -230,7 +295,8 @@ def partials(table: pa.Table, spec: AggregateSpec) -> pa.Table:
     ts = table.column(spec.ts_field).cast(pa.int64()).to_numpy(zero_copy_only=False)
     cols = spec.partial_columns()
     pieces = []
-    needed = list(dict.fromkeys([*spec.key, *(f for _, f, _ in cols if f)]))
+    needed = list(dict.fromkeys([*spec.key, *(f for _, f, _ in cols if f),
+                                 *spec.counted_fields()]))
     base = table.select(needed)
     for idx, ends in window_ends(ts, spec.length_ms, spec.slide_ms):
         part = base.take(pa.array(idx)) if len(idx) != table.num_rows else base
@@ -241,7 +307,21 @@ def partials(table: pa.Table, spec: AggregateSpec) -> pa.Table:
     grouped = rows.group_by([*spec.key, END], use_threads=False).aggregate(
         [([], "count_all") if how == "count_all" else (f, how) for _, f, how in cols])
     names = {("count_all" if how == "count_all" else f"{f}_{how}"): c for c, f, how in cols}
-    return grouped.rename_columns([names.get(n, n) for n in grouped.column_names])
+    grouped = grouped.rename_columns([names.get(n, n) for n in grouped.column_names])
+    return _with_counters(grouped, spec, [count_values(rows, [*spec.key, END], f)
+                                          for f in spec.counted_fields()])
+
+
+def _with_counters(scalars: pa.Table, spec: AggregateSpec, counters: list[pa.Table]
+                   ) -> pa.Table:
+    """Append the counters' list columns to the scalar partials of the same groups."""
+    if not counters:
+        return scalars  # (count/sum/min/max/mean only: no sort, as before)
+    out = sort_groups(scalars, [*spec.key, END])
+    for field, counter in zip(spec.counted_fields(), counters, strict=True):
+        for name in (values_column(field), counts_column(field)):
+            out = out.append_column(name, counter.column(name))
+    return out
 
 
 def empty_partials(spec: AggregateSpec, schema: pa.Schema) -> pa.Table:
@@ -252,6 +332,8 @@ def empty_partials(spec: AggregateSpec, schema: pa.Schema) -> pa.Table:
         if how == "sum" and pa.types.is_integer(kind):
             kind = pa.int64()
         fields.append(pa.field(col, kind))
+    for f in spec.counted_fields():
+        fields.extend(counter_fields(f, schema.field(f).type))
     return pa.schema(fields).empty_table()
 
 
@@ -268,7 +350,9 @@ def merge(tables: Sequence[pa.Table], spec: AggregateSpec) -> pa.Table:
     grouped = rows.group_by([*spec.key, END], use_threads=False).aggregate(
         [(c, _MERGE[how]) for c, _, how in cols])
     names = {f"{c}_{_MERGE[how]}": c for c, _, how in cols}
-    return grouped.rename_columns([names.get(n, n) for n in grouped.column_names])
+    grouped = grouped.rename_columns([names.get(n, n) for n in grouped.column_names])
+    return _with_counters(grouped, spec, [merge_counters(tables, [*spec.key, END], f)
+                                          for f in spec.counted_fields()])
 
 
 class AggregateWindows:
@@ -318,6 +402,10 @@ class AggregateWindows:
             elif agg.kind == "mean":
                 sums = closed.column(partial_column("sum", agg.field or "")).to_pylist()
                 values.append([s / c if c else None for s, c in zip(sums, n, strict=True)])
+            elif agg.kind == "count_distinct":
+                values.append(distinct_counts(closed, agg.field or ""))
+            elif agg.kind == "top_k":
+                values.append(top_values(closed, agg.field or "", agg.k or 1))
             else:
                 values.append(closed.column(partial_column(agg.kind, agg.field or "")).to_pylist())
         length = self.spec.length_ms
@@ -326,7 +414,9 @@ class AggregateWindows:
 
     def snapshot(self) -> bytes:
         """Everything needed to resume (open windows, stream clocks, late count)."""
-        return pickle.dumps({"open": self.open, "latest": self.latest, "late": self.late},
+        latest = dict(sorted(self.latest.items(), key=lambda item: str(item[0])))
+        # (streams sorted: the same state gives the same bytes, whatever the tasks' order)
+        return pickle.dumps({"open": self.open, "latest": latest, "late": self.late},
                             protocol=5)
 
     def restore(self, data: bytes) -> None:
