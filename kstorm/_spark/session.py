@@ -10,7 +10,6 @@ import tempfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 from pyspark.sql import SparkSession
 
@@ -107,29 +106,19 @@ def get_session(settings: TopologyConfig) -> SparkSession:
         return spark
 
 
-def _warm_up(batches: Iterator[Any]) -> Iterator[Any]:
-    # What the first batch's tasks import; workers are reused, so this is paid once.
-    import kstorm._kafka_fetch  # noqa: F401
-    import kstorm._spark.stage  # noqa: F401
-    import kstorm._spark.windowed  # noqa: F401
-
-    yield from batches
-
-
 def _warm_workers(spark: SparkSession) -> None:
-    """Start and warm one Python worker per core in the background.
+    """Start Spark's Python processes in the background (``kstorm/_spark/warmup.py``).
 
-    The first micro-batch otherwise pays for forking workers and importing pyarrow,
+    The first micro-batch otherwise pays for starting them and importing pyarrow,
     confluent-kafka and kstorm in them (seconds on 2 cores), which is most of the time to
-    the first result; this job overlaps that with the query's own start. It must be a SQL
-    Arrow job like the stages' (``mapInArrow``): Spark keeps one worker daemon per set of
-    worker environment variables, and an RDD job's differ from a SQL job's.
+    the first result; this overlaps that with the compilation and start of the query.
     """
-    n = spark.sparkContext.defaultParallelism
 
     def run() -> None:
         try:
-            spark.range(n, numPartitions=n).mapInArrow(_warm_up, "id long").collect()
+            from kstorm._spark.warmup import warm_up
+
+            warm_up(spark)
         except Exception as exc:  # only an optimisation
             log.debug("warming Python workers failed: %s", exc)
 
