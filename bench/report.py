@@ -37,6 +37,12 @@ def fmt_s(seconds: float | None) -> str:
     return "-" if seconds is None else f"{seconds:.1f} s"
 
 
+def _class_cache() -> str:
+    from kstorm._spark import launch
+
+    return launch.class_archive_state()
+
+
 def machine() -> dict[str, str]:
     """nproc, CPU model, RAM, OS, Python, Java, PySpark, load average."""
     cpu = "unknown"
@@ -55,7 +61,7 @@ def machine() -> dict[str, str]:
 
     return {"nproc": str(os.cpu_count()), "cpu": cpu, "ram": f"{mem_kb / 2**20:.0f} GiB",
             "os": platform.platform(), "python": sys.version.split()[0], "java": java,
-            "pyspark": pyspark.__version__,
+            "pyspark": pyspark.__version__, "class_cache": _class_cache(),
             "load": " ".join(f"{x:.2f}" for x in os.getloadavg())}
 
 
@@ -143,6 +149,7 @@ def results_block(*, command: str, when: str, wall_s: float, events: int, produc
         "",
         f"Machine: nproc {m['nproc']}; CPU {m['cpu']}; RAM {m['ram']}; {m['os']}; "
         f"Python {m['python']}; {m['java']}; PySpark {m['pyspark']}; Spark master `{master}`; "
+        f"JVM class cache {m['class_cache']}; "
         f"load average at the end {m['load']} (shared machine).",
         "",
         f"Headline (max_offsets_per_batch = {best.max_offsets:,}; raw = the faster of "

@@ -37,6 +37,47 @@ def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _stop_jvm(timeout: float = 180.0) -> None:
+    """Stop Spark and wait for its JVM process to exit."""
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+
+    session = SparkSession.getActiveSession()
+    gateway = SparkContext._gateway
+    if session is not None:
+        session.stop()
+    proc = getattr(gateway, "proc", None)
+    if proc is not None:
+        proc.stdin.close()  # the JVM exits when its stdin closes
+        proc.wait(timeout)
+
+
+def _warm_up(args: argparse.Namespace) -> int:
+    import tempfile
+    import time
+
+    from kstorm._spark import launch
+    from kstorm._spark.warmup import warm_up_topology
+    from kstorm.testing import run_to_completion
+
+    if args.if_needed and launch.class_archive_state() == "ready":
+        print("JVM class cache: ready (nothing to do)")
+        return 0
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="kstorm-warm-up-") as tmp:
+        result = run_to_completion(warm_up_topology(), {
+            "kstorm.checkpoint.dir": tmp, "kstorm.spark.master": args.master})
+    seconds = time.monotonic() - started
+    received = sum(len(batch) for batch in result.sinks["sink"].batches.values())
+    if launch.class_archive_state() == "recording":
+        _stop_jvm()  # the JVM writes the class archive as it exits
+        launch.claim_recorded_archive()
+    state = launch.class_archive_state()
+    print(f"Spark started and ran a test topology in {seconds:.1f} s ({received} tuples); "
+          f"JVM class cache: {state}")
+    return 0 if received == 200 else 1
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``kstorm`` console script."""
     parser = argparse.ArgumentParser(prog="kstorm", description=__doc__)
@@ -49,6 +90,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                       help="max offsets per micro-batch")
     demo.add_argument("--rows", type=int, default=15, help="result rows to print")
     demo.set_defaults(func=_demo)
+    warm = sub.add_parser(
+        "warm-up", help="start Spark once so later starts are faster (records the JVM "
+        "class cache in ~/.cache/kstorm; see the README's 'Start-up')")
+    warm.add_argument("--master", default="local[2]", help="Spark master")
+    warm.add_argument("--if-needed", action="store_true",
+                      help="do nothing when the class cache is already recorded")
+    warm.set_defaults(func=_warm_up)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -17,4 +17,7 @@ fi
 
 python3 -m pip install -q --disable-pip-version-check -e ".[dev]"
 export PYSPARK_PYTHON="$(python3 -c 'import sys; print(sys.executable)')"
+# Start Spark once before the suite: a smoke test of Spark itself, and it records the JVM
+# class cache (~/.cache/kstorm) that every later Spark start in the suite maps.
+python3 -m kstorm.cli warm-up --if-needed
 exec python3 -m pytest "$@"

@@ -89,7 +89,40 @@ def class_archive_options(spark_home: Path, cache: Path) -> str:
     return f"-XX:ArchiveClassesAtExit={partial} {quiet}"
 
 
-def _claim_finished(cache: Path, archive: Path) -> bool:
+def class_archive_state(cache: Path | None = None) -> str:
+    """``"ready"``, ``"recording"`` (a running or exiting JVM will write it) or ``"absent"``.
+
+    Looks at the archive of the Spark home this process's sessions use.
+    """
+    import pyspark
+
+    cache = cache or cache_dir()
+    home = os.environ.get("SPARK_HOME") or compiled_spark_home(
+        Path(pyspark.__file__).parent, cache)
+    if home is None:
+        return "absent"
+    archive = cache / f"{_ARCHIVE_PREFIX}{_archive_key(Path(home))}.jsa"
+    if archive.is_file():
+        return "ready"
+    if any(cache.glob(f"{archive.stem}.*.partial")):
+        return "recording"
+    return "absent"
+
+
+def claim_recorded_archive(cache: Path | None = None) -> bool:
+    """After this process's JVM has exited: name its dump the archive at once."""
+    import pyspark
+
+    cache = cache or cache_dir()
+    home = os.environ.get("SPARK_HOME") or compiled_spark_home(
+        Path(pyspark.__file__).parent, cache)
+    if home is None:
+        return False
+    archive = cache / f"{_ARCHIVE_PREFIX}{_archive_key(Path(home))}.jsa"
+    return archive.is_file() or _claim_finished(cache, archive, min_age=0.0)
+
+
+def _claim_finished(cache: Path, archive: Path, min_age: float = 30.0) -> bool:
     """Give a finished dump of an earlier run the archive's name; whether there was one.
 
     A JVM writes the archive's header last, so a dump cut short is rejected by the JVM that
@@ -98,7 +131,7 @@ def _claim_finished(cache: Path, archive: Path) -> bool:
     now = time.time()
     for partial in sorted(cache.glob(f"{archive.stem}.*.partial")):
         st = partial.stat()
-        if st.st_size > 1_000_000 and now - st.st_mtime > 30:
+        if st.st_size > 1_000_000 and now - st.st_mtime >= min_age:
             partial.rename(archive)
             return True
     return False

@@ -15,6 +15,11 @@ from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
+from kstorm.bolt import BaseBasicBolt, BasicOutputCollector
+from kstorm.component import OutputFieldsDeclarer
+from kstorm.topology import StormTopology, TopologyBuilder
+from kstorm.tuple import Fields, Tuple
+
 NAME = "kstorm-warm-up"
 
 
@@ -53,3 +58,24 @@ def warm_up(spark: Any) -> None:
     spark.dataSource.register(WarmUpSource)
     n = spark.sparkContext.defaultParallelism
     spark.read.format(NAME).option("partitions", str(n)).load().collect()
+
+
+class Echo(BaseBasicBolt):
+    """Emits each tuple's values again."""
+
+    def execute(self, tuple_: Tuple, collector: BasicOutputCollector) -> None:
+        collector.emit(tuple_.values)
+
+    def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
+        declarer.declare(Fields("n"))
+
+
+def warm_up_topology() -> StormTopology:
+    """A small topology through the runtime's common paths (``kstorm warm-up``)."""
+    from kstorm.testing import CaptureSink, ListSpout
+
+    builder = TopologyBuilder()
+    builder.set_spout("numbers", ListSpout([[(i,) for i in range(100)]] * 2, Fields("n")))
+    builder.set_bolt("echo", Echo()).shuffle_grouping("numbers")
+    builder.set_bolt("sink", CaptureSink()).shuffle_grouping("echo")
+    return builder.create_topology()
