@@ -42,7 +42,7 @@ RUN set -eux; \
 ARG PYSPARK_VERSION=4.3.0
 RUN pip install "pyspark==${PYSPARK_VERSION}"
 
-COPY pyproject.toml README.md /src/
+COPY pyproject.toml README.md _kstorm_daemon.py /src/
 COPY kstorm /src/kstorm
 COPY serdes /src/serdes
 COPY sinks /src/sinks
@@ -59,6 +59,10 @@ RUN set -eux; \
     install -d -o kstorm -g kstorm /app /app/.kstorm
 WORKDIR /app
 USER 10001:10001
+
+# Start Spark once at build time: records the JVM class cache (~/.cache/kstorm) that every
+# container start then maps, a few seconds less to the first result (README, "Start-up").
+RUN kstorm warm-up
 
 ENTRYPOINT ["/usr/bin/tini", "--", "kstorm"]
 CMD ["demo"]
