@@ -8,6 +8,7 @@ import os
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -106,13 +107,14 @@ def get_session(settings: TopologyConfig) -> SparkSession:
         return spark
 
 
-def _warm_workers(spark: SparkSession) -> None:
-    """Start Spark's Python processes in the background (``kstorm/_spark/warmup.py``).
+def _warm_workers(spark: SparkSession, wait_s: float = 5.0) -> None:
+    """Start Spark's Python workers in the background (``kstorm/_spark/warmup.py``).
 
-    The first micro-batch otherwise pays for starting them and importing pyarrow,
-    confluent-kafka and kstorm in them (seconds on 2 cores), which is most of the time to
-    the first result; this overlaps that with the compilation and start of the query.
+    Returns once the warm-up job runs (or after ``wait_s``): its planning needs the
+    session state, which the topology's first data-source lookup would otherwise hold for
+    seconds, and the point is that the workers start while the JVM plans the query.
     """
+    done = threading.Event()
 
     def run() -> None:
         try:
@@ -121,8 +123,16 @@ def _warm_workers(spark: SparkSession) -> None:
             warm_up(spark)
         except Exception as exc:  # only an optimisation
             log.debug("warming Python workers failed: %s", exc)
+        finally:
+            done.set()
 
     threading.Thread(target=run, name="kstorm-warm-workers", daemon=True).start()
+    tracker = spark.sparkContext.statusTracker()
+    deadline = time.monotonic() + wait_s
+    while not done.is_set() and time.monotonic() < deadline:
+        if tracker.getActiveJobsIds():
+            return
+        done.wait(0.02)
 
 
 def log_path() -> Path:
