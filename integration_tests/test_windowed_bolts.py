@@ -54,3 +54,49 @@ def test_seed_004_worked_example_with_a_user_windowed_bolt(spark, tmp_path):
     }
     assert result.progress["components"]["windows"]["windows"] == 6
     assert result.progress["components"]["windows"].get("late", 0) == 0
+
+
+# tumbling 10 s, lag 2 s. Late: e, f (below watermark 18 s of batch 0), i (below 38 s).
+LATE_BATCHES = [
+    [("a", 1_000), ("b", 20_000), ("c", 17_000), ("d", 19_000)],
+    [("e", 5_000), ("f", 17_500), ("g", 18_500), ("h", 40_000)],
+    [("i", 30_000), ("j", 39_000), ("k", 60_000), ("n", None)],
+]
+LATE_WINDOWS = [[0, 10_000, "a"], [10_000, 20_000, "c,g,d,b"], [30_000, 40_000, "j,h"]]
+
+
+def late_topology(late_stream: str | None):
+    bolt = (WindowIds().with_tumbling_window(Duration.seconds(10)).with_timestamp_field("ts")
+            .with_lag(Duration.seconds(2)))
+    if late_stream:
+        bolt = bolt.with_late_tuple_stream(late_stream)
+    b = TopologyBuilder()
+    b.set_spout("events", ListSpout(LATE_BATCHES, Fields("id", "ts"), partitions=2))
+    b.set_bolt("w", bolt, 2).global_grouping("events")
+    b.set_bolt("out", CaptureSink()).shuffle_grouping("w")
+    if late_stream:
+        b.set_bolt("late", CaptureSink()).shuffle_grouping("w", stream=late_stream)
+    return b.create_topology()
+
+
+def test_late_tuples_go_to_the_late_stream_once_and_to_no_window(spark, tmp_path):
+    result = run_to_completion(late_topology("too-late"),
+                               {"kstorm.checkpoint.dir": str(tmp_path)})
+    assert [v[:3] for v in result.sinks["out"].values] == LATE_WINDOWS
+    late = [t.values[0] for t in result.sinks["late"].tuples]
+    assert result.sinks["late"].tuples[0].fields == Fields("late_tuple")
+    # each late tuple once, as the original tuple: its values, source and message id
+    assert sorted((t.values[0], t.source_component, t.message_id) for t in late) == [
+        ("e", "events", "1:0"), ("f", "events", "1:1"), ("i", "events", "2:0")]
+    assert result.progress["components"]["w"]["late"] == 3
+    # the tuple without a timestamp is a dead letter naming the bolt, not a crash
+    [dead] = result.dead_letters
+    assert dead["component"] == "w" and dead["error_type"] == "FieldError"
+    assert "'ts'" in dead["message"] and "'n'" in dead["values"]
+
+
+def test_without_a_late_stream_late_tuples_are_counted(spark, tmp_path):
+    result = run_to_completion(late_topology(None), {"kstorm.checkpoint.dir": str(tmp_path)})
+    assert [v[:3] for v in result.sinks["out"].values] == LATE_WINDOWS
+    assert result.progress["components"]["w"]["late"] == 3
+    assert "w" not in result.emitted or set(result.emitted["w"]) == {"default"}

@@ -22,6 +22,7 @@ from typing import Any
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import to_arrow_schema
 
 from kstorm._plan import DRIVER, PartitionKind, Plan, Stage
 from kstorm._spark.envelope import ENVELOPE_DDL
@@ -91,6 +92,7 @@ def compile_query(spark: SparkSession, topology: StormTopology, plan: Plan, name
         if stage.windowed:
             frame = frame.withColumn(NOW_COLUMN, F.unix_millis(F.current_timestamp()))
             ctx.input_columns = list(frame.columns)
+            ctx.input_schema = to_arrow_schema(frame.schema)
             spec = windowed_spec(topology, plan, stage, settings, window_seeds or {})
             out = frame.groupBy("__task").transformWithStateInPandas(
                 windowed_processor(ctx, spec), ENVELOPE_DDL, "Append", spec.time_mode)
