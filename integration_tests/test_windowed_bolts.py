@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import datetime as dt
+import time
 
 import pytest
 from windowed_bolts import WindowIds
 
-from kstorm import Fields, TopologyBuilder
+from kstorm import Fields, TopologyBuilder, submit_topology
 from kstorm.testing import CaptureSink, ListSpout, run_to_completion
 from kstorm.windowing import Duration
 
@@ -100,3 +101,61 @@ def test_without_a_late_stream_late_tuples_are_counted(spark, tmp_path):
     assert [v[:3] for v in result.sinks["out"].values] == LATE_WINDOWS
     assert result.progress["components"]["w"]["late"] == 3
     assert "w" not in result.emitted or set(result.emitted["w"]) == {"default"}
+
+
+def run_until(name, topology, conf, done, timeout=240.0):
+    """Run ``topology`` with the continuous trigger until ``done(handle)``; then stop it."""
+    handle = submit_topology(name, {"kstorm.trigger": "continuous", **conf}, topology)
+    try:
+        deadline = time.monotonic() + timeout
+        while not done(handle):
+            assert handle.is_active, "the topology stopped"
+            assert time.monotonic() < deadline, f"not done in {timeout}s: {handle.progress}"
+            time.sleep(0.2)
+        return handle
+    finally:
+        handle.stop()
+
+
+def test_processing_time_window_closes_on_an_idle_stream(spark, tmp_path):
+    bolt = WindowIds().with_tumbling_window(Duration.seconds(2))
+    b = TopologyBuilder()
+    b.set_spout("events", ListSpout([[("p1", 0), ("p2", 0)], [("p3", 0)]], Fields("id", "ts")))
+    b.set_bolt("w", bolt).shuffle_grouping("events")
+    b.set_bolt("out", CaptureSink()).shuffle_grouping("w")
+
+    def fired(handle):
+        ids = [i for v in handle.sinks["out"].values for i in v[2].split(",")]
+        return sorted(ids) == ["p1", "p2", "p3"]
+
+    handle = run_until("pt-idle", b.create_topology(),
+                       {"kstorm.checkpoint.dir": str(tmp_path),
+                        "kstorm.trigger.interval.ms": 300}, fired)
+    out = handle.sinks["out"]
+    # windows are the batch-time buckets of 2 s, each tuple in exactly one
+    assert all(e - s == 2000 and e % 2000 == 0 for s, e, _, _ in out.values)
+    # the list had two batches (ids 0 and 1); the last window closed in a later batch that
+    # had no input: processing time moved on by Spark's no-data batches and a timer
+    assert max(bid for bid, tuples in out.batches.items() if tuples) >= 2
+
+
+def test_event_time_idle_timeout_lets_the_watermark_move_on(spark, tmp_path):
+    # "slow" sends one tuple and goes silent; without an idle timeout the watermark would
+    # stay at its 1 s forever and no window after it could close
+    bolt = (WindowIds().with_tumbling_window(Duration.seconds(10)).with_timestamp_field("ts")
+            .with_idle_timeout(Duration.seconds(1)))
+    b = TopologyBuilder()
+    b.set_spout("slow", ListSpout([[("s1", 1_000)]], Fields("id", "ts")))
+    b.set_spout("fast", ListSpout([[("f1", 2_000)], [("f2", 12_000)], [("f3", 22_000)],
+                                   [("f4", 32_000)]], Fields("id", "ts")))
+    b.set_bolt("w", bolt).global_grouping("slow").global_grouping("fast")
+    b.set_bolt("out", CaptureSink()).shuffle_grouping("w")
+
+    def fired(handle):
+        return len(handle.sinks["out"].values) >= 3
+
+    handle = run_until("et-idle", b.create_topology(),
+                       {"kstorm.checkpoint.dir": str(tmp_path),
+                        "kstorm.trigger.interval.ms": 500}, fired)
+    assert [v[:3] for v in handle.sinks["out"].values] == [
+        [0, 10_000, "s1,f1"], [10_000, 20_000, "f2"], [20_000, 30_000, "f3"]]
