@@ -32,10 +32,12 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import pickle
 from collections.abc import Hashable, Iterable, Sequence
 from typing import Any, Protocol
 
+from kstorm._window_store import PersistentTuples, PersistentWindow
 from kstorm.tuple import Tuple
 from kstorm.windowing.config import WindowConfig
 from kstorm.windowing.durations import Count
@@ -72,7 +74,9 @@ def _id_key(message_id: Any) -> tuple[Any, ...]:
         return (0,)
     if is_kafka_id(message_id):
         return (1, str(message_id[0]), message_id[1], message_id[2])
-    return (2, str(message_id))
+    # natural order of ids like "3:10" (ListSpout): numbers compare as numbers
+    return (2, tuple((0, int(p), "") if p.isdigit() else (1, 0, p)
+                     for p in str(message_id).split(":")))
 
 
 def order_key(tuple_: Tuple, ts: int) -> tuple[Any, ...]:
@@ -93,7 +97,7 @@ def order_key(tuple_: Tuple, ts: int) -> tuple[Any, ...]:
 class WindowOutput(Protocol):
     """Where a :class:`WindowedTask` sends what a batch produces."""
 
-    def window(self, window: TupleWindow) -> None:
+    def window(self, window: TupleWindow | PersistentWindow) -> None:
         """A window fired: call the bolt's ``execute(window)``."""
 
     def late(self, tuple_: Tuple) -> None:
@@ -112,7 +116,7 @@ class Collect:
         self.late_tuples: list[Tuple] = []
         self.errors: list[tuple[Tuple, Exception]] = []
 
-    def window(self, window: TupleWindow) -> None:
+    def window(self, window: TupleWindow | PersistentWindow) -> None:
         """Keep the window's tuples and bounds."""
         self.windows.append(window.get())
         self.bounds.append((window.get_start_timestamp(), window.get_end_timestamp()))
@@ -134,12 +138,17 @@ class WindowedTask:
         config: its window configuration.
         inputs: watermark streams that must deliver before any watermark (``component:stream``
             of the bolt's non-Kafka inputs; Kafka partitions join as they deliver).
+        store: where a persistent window's tuples live (``with_persistence()``); without
+            one, tuples are held in memory.
     """
 
     def __init__(self, component: str, config: WindowConfig,
-                 inputs: Sequence[Hashable] = ()) -> None:
+                 inputs: Sequence[Hashable] = (), store: PersistentTuples | None = None) -> None:
         self.component = component
         self.config = config
+        self.store = store if config.persistent else None
+        if self.store is not None:  # the manager holds refs; ids are not used (as in Storm)
+            config = dataclasses.replace(config, message_id_field=None)
         self.manager = WindowManager(config, source_of=source_of)
         self.tracker = (WatermarkTracker(config.lag, interval=config.watermark_interval,
                                          streams=inputs, idle_timeout=config.idle_timeout)
@@ -151,7 +160,8 @@ class WindowedTask:
     def snapshot(self) -> dict[str, Any]:
         """Everything needed to go on after this batch (picklable)."""
         return {"version": _VERSION, "manager": self.manager.snapshot(),
-                "tracker": None if self.tracker is None else self.tracker.snapshot()}
+                "tracker": None if self.tracker is None else self.tracker.snapshot(),
+                "store": None if self.store is None else self.store.snapshot()}
 
     def restore(self, snapshot: dict[str, Any] | None) -> None:
         """Go on from a :meth:`snapshot` (``None``: a fresh task)."""
@@ -160,6 +170,8 @@ class WindowedTask:
         self.manager.restore(snapshot["manager"])
         if self.tracker is not None and snapshot["tracker"] is not None:
             self.tracker.restore(snapshot["tracker"])
+        if self.store is not None and snapshot.get("store") is not None:
+            self.store.restore(snapshot["store"])
 
     @property
     def late_count(self) -> int:
@@ -171,15 +183,19 @@ class WindowedTask:
     def process(self, tuples: Iterable[Tuple], now_ms: int, out: WindowOutput) -> None:
         """Run one micro-batch at processing time ``now_ms`` (steps 1-4)."""
         stamped = self._stamp(tuples, now_ms, out)
-        manager, tracker = self.manager, self.tracker
+        manager, tracker, store = self.manager, self.tracker, self.store
         for tuple_, ts in stamped:
             if tracker is not None:
                 tracker.track(stream_of(tuple_), ts, now_ms)
-            if not manager.add(tuple_, ts):
+            ref = tuple_ if store is None else store.new_ref()
+            if not manager.add(ref, ts):
                 out.late(tuple_)
-            elif tracker is None and self._count_trigger:
+                continue
+            if store is not None:
+                store.put(ref, tuple_)
+            if tracker is None and self._count_trigger:
                 for window in manager.on_processing_time(now_ms):
-                    out.window(window)
+                    self._fire(window, out)
         self.tick(now_ms, out)
 
     def tick(self, now_ms: int, out: WindowOutput) -> None:
@@ -190,7 +206,15 @@ class WindowedTask:
             watermark = self.tracker.emit(now_ms)
             windows = [] if watermark is None else self.manager.on_watermark(watermark)
         for window in windows:
-            out.window(window)
+            self._fire(window, out)
+        if self.store is not None:
+            self.store.flush()
+            snap = self.manager.snapshot()
+            self.store.collect(e[2] for part in ("entries", "pending", "heap", "replayed")
+                               for e in snap[part])
+
+    def _fire(self, window: TupleWindow, out: WindowOutput) -> None:
+        out.window(window if self.store is None else PersistentWindow(window, self.store))
 
     def next_timer(self, now_ms: int) -> int | None:
         """When to wake this task without new tuples (``None``: only when tuples come)."""

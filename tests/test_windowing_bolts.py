@@ -222,3 +222,36 @@ def test_declaring_the_late_stream_yourself_is_refused():
                .with_late_tuple_stream("late")).shuffle_grouping("events")
     with pytest.raises(TopologyError, match="twice"):
         b.create_topology()
+
+
+def test_persistent_window_larger_than_memory_evaluates_with_a_bounded_cache():
+    from kstorm._window_store import DictBackend, PersistentTuples
+
+    backend = DictBackend()
+    cfg = WindowConfig(Count(50), tumbling=True, persistent=True, max_events_in_memory=10)
+    snap, windows, peak = None, [], 0
+    for b in range(4):
+        store = PersistentTuples(backend, cfg.max_events_in_memory)
+        task = WindowedTask("w", cfg, store=store)
+        task.restore(snap)
+
+        class Out(Collect):
+            def window(self, window):
+                nonlocal peak
+                seen = []
+                for t in window.get_iter():
+                    seen.append(t.values[0])
+                    peak = max(peak, store.cached)
+                windows.append(seen)
+                with pytest.raises(Exception, match="not supported"):
+                    window.get_new()
+
+        task.process([tup(f"{b}-{i:02d}", None) for i in range(30)], b, Out())
+        snap = pickle.loads(pickle.dumps(task.snapshot()))
+        # the snapshot holds refs, not tuples
+        assert b"-0" not in pickle.dumps(snap)
+    expected = [f"{i // 30}-{i % 30:02d}" for i in range(120)]
+    assert windows == [expected[:50], expected[50:100]]
+    assert 0 < peak <= 10
+    # the first window's tuples left the backend once the second window evicted them
+    assert min(backend.data) == 50 and len(backend.data) == 7

@@ -39,6 +39,7 @@ from kstorm._spark.stage import (
     _packed,
     _policy,
 )
+from kstorm._window_store import PersistentTuples
 from kstorm._windowed import WindowedTask
 from kstorm.tuple import Tuple
 from kstorm.windowing.config import WindowConfig
@@ -97,6 +98,23 @@ class _Output:
         self.executor.bolt_error(self.component, tuple_, exc)
 
 
+class _MapStateChunks:
+    """A persistent window's chunk backend: a TWS ``MapState`` (long -> binary)."""
+
+    def __init__(self, map_state: Any) -> None:
+        self._ms = map_state
+
+    def get(self, key: int) -> bytes | None:
+        row = self._ms.getValue((key,))
+        return None if row is None else bytes(row[0])
+
+    def put(self, key: int, blob: bytes) -> None:
+        self._ms.updateValue((key,), (blob,))
+
+    def remove(self, key: int) -> None:
+        self._ms.removeKey((key,))
+
+
 def windowed_processor(ctx: StageContext, spec: WindowedStageSpec) -> Any:
     """The ``StatefulProcessor`` of a windowed bolt's stage."""
     from pyspark.sql.streaming.stateful_processor import StatefulProcessor
@@ -106,6 +124,7 @@ def windowed_processor(ctx: StageContext, spec: WindowedStageSpec) -> Any:
             self._handle = handle
             self._window = handle.getValueState("window", "blob binary")
             self._kv = handle.getMapState("kv", "k binary", "v binary")
+            self._tuples = handle.getMapState("tuples", "k long", "v binary")
 
         def handleInputRows(self, key: Any, rows: Iterator[Any], timerValues: Any
                             ) -> Iterator[Any]:
@@ -175,7 +194,10 @@ def windowed_processor(ctx: StageContext, spec: WindowedStageSpec) -> Any:
                                                                **counters}), None)]))
 
         def _load(self, task: int) -> WindowedTask:
-            windowed = WindowedTask(spec.component, spec.config, spec.inputs)
+            store = (PersistentTuples(_MapStateChunks(self._tuples),
+                                      spec.config.max_events_in_memory)
+                     if spec.config.persistent else None)
+            windowed = WindowedTask(spec.component, spec.config, spec.inputs, store)
             if self._window.exists():
                 windowed.restore(pickle.loads(self._window.get()[0]))
             elif task in spec.seeds:  # first batch after a lost checkpoint
