@@ -229,29 +229,32 @@ def test_persistent_window_larger_than_memory_evaluates_with_a_bounded_cache():
 
     backend = DictBackend()
     cfg = WindowConfig(Count(50), tumbling=True, persistent=True, max_events_in_memory=10)
-    snap, windows, peak = None, [], 0
+    snap, windows, peak = None, [], [0]
+
+    class Out(Collect):
+        def __init__(self, store: PersistentTuples) -> None:
+            super().__init__()
+            self.store = store
+
+        def window(self, window):
+            seen = []
+            for t in window.get_iter():
+                seen.append(t.values[0])
+                peak[0] = max(peak[0], self.store.cached)
+            windows.append(seen)
+            with pytest.raises(Exception, match="not supported"):
+                window.get_new()
+
     for b in range(4):
         store = PersistentTuples(backend, cfg.max_events_in_memory)
         task = WindowedTask("w", cfg, store=store)
         task.restore(snap)
-
-        class Out(Collect):
-            def window(self, window):
-                nonlocal peak
-                seen = []
-                for t in window.get_iter():
-                    seen.append(t.values[0])
-                    peak = max(peak, store.cached)
-                windows.append(seen)
-                with pytest.raises(Exception, match="not supported"):
-                    window.get_new()
-
-        task.process([tup(f"{b}-{i:02d}", None) for i in range(30)], b, Out())
+        task.process([tup(f"{b}-{i:02d}", None) for i in range(30)], b, Out(store))
         snap = pickle.loads(pickle.dumps(task.snapshot()))
         # the snapshot holds refs, not tuples
         assert b"-0" not in pickle.dumps(snap)
     expected = [f"{i // 30}-{i % 30:02d}" for i in range(120)]
     assert windows == [expected[:50], expected[50:100]]
-    assert 0 < peak <= 10
+    assert 0 < peak[0] <= 10
     # the first window's tuples left the backend once the second window evicted them
     assert min(backend.data) == 50 and len(backend.data) == 7
