@@ -55,7 +55,7 @@ def is_kafka_id(message_id: Any) -> bool:
 
 def source_of(tuple_: Any) -> Hashable:
     """The source a message id is monotonic within: the Kafka partition, else the sender."""
-    mid = getattr(tuple_, "message_id", None)
+    mid: Any = getattr(tuple_, "message_id", None)
     if is_kafka_id(mid):
         return (mid[0], mid[1])
     return default_source(tuple_)
@@ -187,7 +187,7 @@ class WindowedTask:
         for tuple_, ts in stamped:
             if tracker is not None:
                 tracker.track(stream_of(tuple_), ts, now_ms)
-            ref = tuple_ if store is None else store.new_ref()
+            ref: Any = tuple_ if store is None else store.new_ref()
             if not manager.add(ref, ts):
                 out.late(tuple_)
                 continue

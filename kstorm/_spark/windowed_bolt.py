@@ -39,7 +39,7 @@ from kstorm._spark.stage import (
     _packed,
     _policy,
 )
-from kstorm._window_store import PersistentTuples
+from kstorm._window_store import PersistentTuples, PersistentWindow
 from kstorm._windowed import WindowedTask
 from kstorm.tuple import Tuple
 from kstorm.windowing.config import WindowConfig
@@ -82,7 +82,7 @@ class _Output:
         self.executor, self.component, self.task = executor, component, task
         self.late_stream = late_stream
 
-    def window(self, window: TupleWindow) -> None:
+    def window(self, window: TupleWindow | PersistentWindow) -> None:
         self.executor.execute_window(self.component, self.task, window)
 
     def late(self, tuple_: Tuple) -> None:
