@@ -32,6 +32,7 @@ from kstorm.spout import BaseRichSpout, SpoutOutputCollector
 from kstorm.state import InMemoryKeyValueState, KeyValueState
 from kstorm.topology import BoltDeclarer, StormTopology, TopologyBuilder
 from kstorm.tuple import Fields, Tuple, Values
+from kstorm.windowing.bolt import BaseStatefulWindowedBolt, BaseWindowedBolt
 
 __all__ = [
     "BaseBasicBolt",
@@ -39,6 +40,8 @@ __all__ = [
     "BaseRichSpout",
     "BaseSink",
     "BaseStatefulBolt",
+    "BaseStatefulWindowedBolt",
+    "BaseWindowedBolt",
     "BasicOutputCollector",
     "BoltDeclarer",
     "Config",

@@ -171,7 +171,9 @@ class StageExecutor:
         bolt = copy.deepcopy(spec.component)
         context = TopologyContext(self.topology_name, component, task, spec.parallelism,
                                   self.batch_id, dict(spec.streams))
-        collector = OutputCollector(
+        windowed = bool(getattr(bolt, "is_windowed_bolt", False))
+        collector_type = _windowed_collector() if windowed else OutputCollector
+        collector = collector_type(
             lambda stream, values, anchors: self._emit(component, task, stream, values, anchors),
             lambda t: self.counters.update([f"{component}.acked"]),
             lambda t: self.counters.update([f"{component}.failed"]),
@@ -181,7 +183,7 @@ class StageExecutor:
         if isinstance(bolt, BaseBasicBolt):
             basic = BasicOutputCollector(collector)
             bolt.prepare(conf, context)
-        elif isinstance(bolt, BaseRichBolt):
+        elif isinstance(bolt, BaseRichBolt) or windowed:
             bolt.prepare(conf, context, collector)
         else:
             msg = (
@@ -189,7 +191,8 @@ class StageExecutor:
                                 "BaseRichBolt, BaseBasicBolt or BaseStatefulBolt"
             )
             raise TopologyError(msg)
-        if isinstance(bolt, BaseStatefulBolt):
+        if isinstance(bolt, BaseStatefulBolt) or getattr(bolt, "is_stateful_windowed_bolt",
+                                                         False):
             if self._state_for is None:
                 msg = f"stateful bolt {component!r} has no state provider"
                 raise TopologyError(msg)
@@ -212,6 +215,34 @@ class StageExecutor:
             if self._on_bolt_error == "fail":
                 raise
             self._dead_letter(component, tup, exc)
+
+    def execute_window(self, component: str, task: int, window: Any) -> None:
+        """Run a windowed bolt's ``execute(window)``; its unanchored emits anchor to the window."""
+        t = self._task(component, task)
+        self.counters[f"{component}.windows"] += 1
+        t.collector.window = window  # type: ignore[attr-defined]
+        try:
+            t.bolt.execute(window)
+        except (TopologyError, FailedException):
+            raise
+        except Exception as exc:
+            if self._on_bolt_error == "fail":
+                raise
+            where = Tuple([repr(window)], Fields("window"), component, "window")
+            self._dead_letter(component, where, exc)
+        finally:
+            t.collector.window = None  # type: ignore[attr-defined]
+
+    def bolt_error(self, component: str, tup: Tuple, exc: Exception) -> None:
+        """``tup`` could not be processed by ``component``: dead letter, or raise (policy)."""
+        if self._on_bolt_error == "fail":
+            raise exc
+        self._dead_letter(component, tup, exc)
+
+    def emit_from(self, component: str, task: int, stream: str, values: list[Any],
+                  anchors: Sequence[Tuple] = ()) -> None:
+        """Emit on behalf of ``component`` (the runtime's own emits, e.g. late tuples)."""
+        self._emit(component, task, stream, values, anchors)
 
     def _dead_letter(self, component: str, tup: Tuple, exc: BaseException) -> None:
         self.counters[f"{component}.dead_lettered"] += 1
@@ -261,6 +292,12 @@ class StageExecutor:
     def _drain(self) -> Iterator[Outgoing]:
         out, self._out = self._out, []
         return iter(out)
+
+
+def _windowed_collector() -> type[OutputCollector]:
+    from kstorm.windowing.bolt import WindowedOutputCollector
+
+    return WindowedOutputCollector
 
 
 def _meta_of(anchors: Sequence[Tuple]) -> bytes | None:

@@ -13,6 +13,7 @@ Storm would move tuples between tasks or keep task state:
 - an all grouping: one copy of each tuple per task (``__task`` = 0..n-1);
 - a stateful bolt: a ``transformWithStateInPandas`` operator grouped by ``__task``, so each
   task's :class:`KeyValueState` lives in Spark's state store, versioned by batch id;
+- a windowed bolt: the same, keeping each task's windows, watermark and message-id ledger;
 - a bolt with several inputs: the union of its inputs.
 
 Each stage's input is either the *raw* rows of one spout (typed Arrow columns) or
@@ -63,6 +64,12 @@ class Stage:
     stateful: bool = False
     raw_spout: str | None = None       # input is the raw rows of this spout
     native_window: bool = False        # a built-in windowed aggregate (Arrow, commit phase)
+    windowed: bool = False             # a user windowed bolt: TWS keeps its windows per task
+
+    @property
+    def keyed(self) -> bool:
+        """Whether the stage runs per task in ``transformWithStateInPandas`` (task state)."""
+        return self.stateful or self.windowed
 
     @property
     def is_source(self) -> bool:
@@ -129,6 +136,7 @@ def compile_plan(topology: StormTopology) -> Plan:
             stateful=isinstance(spec.component, BaseStatefulBolt),
             raw_spout=raw,
             native_window=native,
+            windowed=is_windowed_bolt(spec.component),
         )
         stages.append(stage)
         stage_of[spec.id] = stage.index
@@ -167,12 +175,18 @@ def _fusable_stage(inputs: tuple[Grouping, ...], component: object, stage_of: di
                    stages: list[Stage]) -> int | None:
     if len(inputs) != 1 or inputs[0].kind.repartitions:
         return None
-    if isinstance(component, BaseStatefulBolt) or getattr(component, "is_native_window", False):
+    if (isinstance(component, BaseStatefulBolt) or getattr(component, "is_native_window", False)
+            or is_windowed_bolt(component)):
         return None
     upstream = stage_of[inputs[0].component]
     if upstream == DRIVER or stages[upstream].is_source:
         return None  # the first bolt after a spout opens its own stage over the raw rows
     return upstream
+
+
+def is_windowed_bolt(component: object) -> bool:
+    """Whether ``component`` is a user windowed bolt (``BaseWindowedBolt``)."""
+    return bool(getattr(component, "is_windowed_bolt", False))
 
 
 def _raw_spout_input(inputs: list[tuple[Grouping, int]], stages: list[Stage]) -> str | None:

@@ -11,6 +11,7 @@ For batch ``batch_id`` (Storm's txid):
    passed become tuples for the aggregate's sinks.
 6. Commit each sink, in topology order, with its tuples, the batch id and the offsets.
    Sinks make this step idempotent per batch id (see ``kstorm/sink.py``).
+   Stateful sinks also store the snapshots windowed bolt tasks sent (message id field).
 7. Persist each windowed aggregate's state under the batch id (a replay of this batch
    reloads the state of the batch before, so it closes the same windows).
 8. Record captured emissions (testing).
@@ -39,6 +40,7 @@ from kstorm._ids import DEAD_LETTER_STREAM
 from kstorm._progress import Progress
 from kstorm._spark.stage import METRICS_DEST
 from kstorm._spark.windowed import window_dest
+from kstorm._spark.windowed_bolt import STATE_DEST, state_key
 from kstorm.sink import BaseSink
 from kstorm.topology import StormTopology
 from kstorm.tuple import Tuple
@@ -108,6 +110,7 @@ class CommitPhase:
         # Step 6: sinks, in topology order.
         captured = by_dest.pop(CAPTURE_DEST, _EMPTY)
         state = {f"window:{w.component}": snap.snapshot() for w, snap in persist}
+        state.update(_windowed_bolt_state(by_dest))
         for sink_id, sink in self.sinks.items():
             rows = by_dest.pop(sink_id, _EMPTY)
             tuples = self._tuples(rows) + extra.get(sink_id, [])
@@ -145,6 +148,18 @@ class CommitPhase:
         for sink in self.sinks.values():
             sink.close()
         self.dead_letters.close()
+
+
+def _windowed_bolt_state(by_dest: dict[str, pa.Table]) -> dict[str, bytes]:
+    """Snapshots windowed bolt tasks sent this batch (stored with the sinks' offsets)."""
+    state: dict[str, bytes] = {}
+    for dest in [d for d in by_dest if d.startswith(STATE_DEST)]:
+        rows = by_dest.pop(dest)
+        component = dest[len(STATE_DEST):]
+        for task, blob in zip(rows.column("__task").to_pylist(),
+                              rows.column("__vals").to_pylist(), strict=True):
+            state[state_key(component, task)] = blob
+    return state
 
 
 _EMPTY = pa.table({"__dest": pa.array([], pa.string()), "__task": pa.array([], pa.int32()),

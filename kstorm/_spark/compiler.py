@@ -9,7 +9,7 @@ Per stage (see ``kstorm/_plan.py`` for how bolts are grouped into stages):
 2. Its partitioning: fields -> ``__task = pmod(hash, n)`` and a hash partitioning on
    ``__task``; global -> one partition; all -> one row per task; shuffle -> unchanged.
 3. Its operator: ``mapInArrow`` (stateless) or ``groupBy("__task")
-   .transformWithStateInPandas`` (stateful head bolt).
+   .transformWithStateInPandas`` (stateful or windowed head bolt).
 
 The union of the leaf stages is what the commit phase (``foreachBatch``) receives.
 """
@@ -22,12 +22,14 @@ from typing import Any
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import to_arrow_schema
 
 from kstorm._plan import DRIVER, PartitionKind, Plan, Stage
 from kstorm._spark.envelope import ENVELOPE_DDL
 from kstorm._spark.sources import read_spout
 from kstorm._spark.stage import StageContext, StageRunner, stateful_processor
 from kstorm._spark.windowed import WindowStageRunner
+from kstorm._spark.windowed_bolt import NOW_COLUMN, windowed_processor, windowed_spec
 from kstorm.errors import TopologyError
 from kstorm.topology import StormTopology
 
@@ -41,8 +43,13 @@ class CompiledQuery:
 
 
 def compile_query(spark: SparkSession, topology: StormTopology, plan: Plan, name: str,
-                  conf: dict[str, Any], settings: Any, state_dir: Path) -> CompiledQuery:
-    """Build the streaming DataFrames of ``plan`` (``state_dir``: kstorm's driver state)."""
+                  conf: dict[str, Any], settings: Any, state_dir: Path,
+                  window_seeds: dict[str, bytes] | None = None) -> CompiledQuery:
+    """Build the streaming DataFrames of ``plan``.
+
+    ``state_dir`` holds kstorm's driver state; ``window_seeds`` are the windowed bolt
+    snapshots a sink stored, used after a lost checkpoint.
+    """
     raw: dict[int, DataFrame] = {}
     env: dict[int, DataFrame] = {}
     readers = _envelope_readers(plan, topology)
@@ -82,7 +89,14 @@ def compile_query(spark: SparkSession, topology: StormTopology, plan: Plan, name
         else:
             frame = _union_inputs(stage, env, readers, heads)
             frame = _partition_envelope(frame, stage, topology)
-        if stage.stateful:
+        if stage.windowed:
+            frame = frame.withColumn(NOW_COLUMN, F.unix_millis(F.current_timestamp()))
+            ctx.input_columns = list(frame.columns)
+            ctx.input_schema = to_arrow_schema(frame.schema)
+            spec = windowed_spec(topology, plan, stage, settings, window_seeds or {})
+            out = frame.groupBy("__task").transformWithStateInPandas(
+                windowed_processor(ctx, spec), ENVELOPE_DDL, "Append", spec.time_mode)
+        elif stage.stateful:
             ctx.input_columns = [c for c in frame.columns]
             out = frame.groupBy("__task").transformWithStateInPandas(
                 stateful_processor(ctx), ENVELOPE_DDL, "Append", "None")
@@ -171,16 +185,16 @@ def _partition_raw(frame: DataFrame, stage: Stage, topology: StormTopology) -> D
         task = F.lit(0)
     elif p.kind is PartitionKind.BROADCAST:
         task = F.explode(F.sequence(F.lit(0), F.lit(n - 1)))
-    elif stage.stateful:
+    elif stage.keyed:
         task = F.pmod(F.spark_partition_id(), F.lit(n)).cast("int")
     else:
         return frame
     frame = frame.withColumn("__task", task.cast("int"))
-    return frame if stage.stateful else _exchange(frame, stage, n)
+    return frame if stage.keyed else _exchange(frame, stage, n)
 
 
 def _partition_envelope(frame: DataFrame, stage: Stage, topology: StormTopology) -> DataFrame:
-    if stage.stateful or stage.partitioning.kind is PartitionKind.KEEP:
+    if stage.keyed or stage.partitioning.kind is PartitionKind.KEEP:
         return frame
     return _exchange(frame, stage, topology.components[stage.head].parallelism)
 

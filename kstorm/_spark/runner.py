@@ -43,7 +43,8 @@ def start(name: str, conf: dict[str, Any], topology: StormTopology) -> TopologyH
         topology = _start_spouts_at(topology, resume.offsets)
     spark = get_session(settings)
     state_dir = checkpoint / "kstorm"
-    compiled = compile_query(spark, topology, plan, name, conf, settings, state_dir)
+    compiled = compile_query(spark, topology, plan, name, conf, settings, state_dir,
+                             window_seeds=dict(resume.state))
     dlq_topic = settings.dead_letter_topic or f"{name}.dead-letters"
     windows = {s.head: WindowCommit(s.head, topology.components[s.head].component.spec(),
                                     state_dir)

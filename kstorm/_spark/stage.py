@@ -42,6 +42,8 @@ class StageContext:
     carrier: bool            # this stage forwards the upstream's driver rows and raw errors
     on_bolt_error: str = "dead-letter"
     input_columns: list[str] | None = None  # names of the stage's input (TWS loses them)
+    input_schema: Any = None  # Arrow schema of the input (TWS hands over pandas: nullable
+    #                           ints arrive as floats); used by windowed bolt stages
 
 
 def _policy(ctx: StageContext) -> str:

@@ -1,6 +1,7 @@
 """Windowing (seed 004): window shapes, the window manager, watermarks, stateful bookkeeping.
 
-Pure Python: no Spark and no I/O. The Spark layer feeds a :class:`WindowManager` per bolt task
+Pure Python: no Spark and no I/O. Users subclass :class:`BaseWindowedBolt` (or
+:class:`BaseStatefulWindowedBolt`); the Spark layer feeds a :class:`WindowManager` per bolt task
 and snapshots it between micro-batches.
 
 Example:
@@ -12,6 +13,11 @@ Example:
     [['a', 'b'], ['b', 'c', 'd']]
 """
 
+from kstorm.windowing.bolt import (
+    BaseStatefulWindowedBolt,
+    BaseWindowedBolt,
+    WindowedOutputCollector,
+)
 from kstorm.windowing.builder import WindowedBoltConfigMixin
 from kstorm.windowing.config import (
     LATE_TUPLE_FIELD,
@@ -27,6 +33,8 @@ from kstorm.windowing.window import StaleWindowError, TupleWindow, UnsupportedOp
 
 __all__ = [
     "LATE_TUPLE_FIELD",
+    "BaseStatefulWindowedBolt",
+    "BaseWindowedBolt",
     "Count",
     "Duration",
     "FieldTimestampExtractor",
@@ -39,6 +47,7 @@ __all__ = [
     "WindowConfig",
     "WindowManager",
     "WindowedBoltConfigMixin",
+    "WindowedOutputCollector",
     "default_source",
     "field_value",
 ]

@@ -94,12 +94,28 @@ class WindowedBoltConfigMixin:
         return self._set(lag=_duration(lag, "lag"))
 
     def with_watermark_interval(self, interval: Duration) -> Self:
-        """How often watermarks are emitted (default 1 s)."""
+        """How often watermarks are emitted (Storm: default 1 s).
+
+        On Spark the watermark is evaluated once per micro-batch, so the trigger interval
+        (``kstorm.trigger.interval.ms``) is the watermark interval; this value is validated and
+        kept for Storm compatibility.
+        """
         interval = _duration(interval, "watermark interval")
         if interval.ms <= 0:
             msg = f"watermark interval must be positive, got {interval!r}"
             raise ConfigError(msg)
         return self._set(watermark_interval=interval)
+
+    def with_idle_timeout(self, timeout: Duration) -> Self:
+        """Event time: input streams silent for longer than ``timeout`` leave the watermark.
+
+        So one idle Kafka partition does not hold every window back (a kstorm addition).
+        """
+        timeout = _duration(timeout, "idle timeout")
+        if timeout.ms <= 0:
+            msg = f"idle timeout must be positive, got {timeout!r}"
+            raise ConfigError(msg)
+        return self._set(idle_timeout=timeout)
 
     def with_late_tuple_stream(self, stream_id: str) -> Self:
         """Emit late tuples on ``stream_id`` (field ``late_tuple``) instead of dropping them."""

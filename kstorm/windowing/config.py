@@ -117,6 +117,8 @@ class WindowConfig:
         persistent: Window tuples live in the state backend (``with_persistence()``);
             ``get_new``/``get_expired`` are then unsupported.
         max_events_in_memory: Cache bound for persistent windows.
+        idle_timeout: Event time only: an input stream that delivered nothing for this long
+            (in processing time) stops holding the watermark back (a kstorm addition).
     """
 
     window_length: Count | Duration
@@ -130,6 +132,7 @@ class WindowConfig:
     message_id_field: str | None = None
     persistent: bool = False
     max_events_in_memory: int | None = None
+    idle_timeout: Duration | None = None
 
     def __post_init__(self) -> None:
         _positive(self.window_length, "window length")
@@ -167,6 +170,16 @@ class WindowConfig:
                 "with a timestamp field or extractor (with_timestamp_field)"
             )
             raise ConfigError(msg)
+        if self.idle_timeout is not None:
+            if not isinstance(self.idle_timeout, Duration) or self.idle_timeout.ms <= 0:
+                msg = f"idle timeout must be a positive Duration, got {self.idle_timeout!r}"
+                raise ConfigError(msg)
+            if not self.is_event_time:
+                msg = (
+                    "an idle timeout applies to event-time windows only: set "
+                    "with_timestamp_field(...) or with_timestamp_extractor(...) too"
+                )
+                raise ConfigError(msg)
         n = self.max_events_in_memory
         if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
             msg = f"max_events_in_memory must be an int >= 1, got {n!r}"

@@ -314,6 +314,37 @@ class WindowManager:
             del self._entries[:self._head]
             self._head = 0
 
+    def next_window_end(self) -> int | None:
+        """The end of the next window that will hold a tuple (processing-time duration slides).
+
+        The window fires once ``on_processing_time(now)`` has ``now > end``.
+
+        ``None`` when no held tuple can be in a later window, or for other shapes (count
+        triggers fire on tuples, event-time windows on watermarks).
+
+        Example:
+            >>> from kstorm.windowing import Duration, WindowConfig
+            >>> m = WindowManager(WindowConfig(Duration.seconds(10), tumbling=True))
+            >>> m.add("a", 12_000)
+            True
+            >>> m.next_window_end()
+            20000
+        """
+        if self._event_time or self._slide_n:
+            return None
+        entries, head, step = self._entries, self._head, self._slide_ms
+        if head >= len(entries):
+            return None
+        end = self._next_end
+        if end is None:
+            return _ceil(entries[head][0], step)
+        if self._length_ms is None:
+            return end
+        i = bisect_left(entries, (end - self._length_ms, _INF), lo=head)
+        if i >= len(entries):
+            return None
+        return max(end, _ceil(entries[i][0], step))
+
     # -- state -------------------------------------------------------------------------------
 
     @property

@@ -115,6 +115,22 @@ class WatermarkTracker:
         self._next_due = now_ms + self._interval
         return self.emit(now_ms)
 
+    def next_idle_at(self, now_ms: int) -> int | None:
+        """The next processing time at which a stream becomes idle (``None``: never).
+
+        A runtime sets a timer there, so the watermark moves on without new tuples.
+
+        Example:
+            >>> t = WatermarkTracker(streams=["p0"], idle_timeout=500)
+            >>> t.track("p0", 10, now_ms=1_000); t.next_idle_at(1_200)
+            1500
+        """
+        if self._idle is None:
+            return None
+        moments = [self._active.get(s, self._since) for s in (*self._streams, *self._latest)]
+        later = [m + self._idle for m in moments if m is not None and m + self._idle > now_ms]
+        return min(later) if later else None
+
     @property
     def watermark(self) -> int | None:
         """The last emitted watermark."""

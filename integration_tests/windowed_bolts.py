@@ -1,0 +1,72 @@
+"""User windowed bolts shared by the windowing integration tests (importable by workers).
+
+Example:
+    >>> WindowIds().with_tumbling_window  # doctest: +ELLIPSIS
+    <bound method WindowedBoltConfigMixin.with_tumbling_window of ...>
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kstorm import BaseStatefulWindowedBolt, BaseWindowedBolt, Fields
+from kstorm.bolt import OutputCollector
+from kstorm.component import OutputFieldsDeclarer, TopologyContext
+from kstorm.state import KeyValueState
+from kstorm.windowing import TupleWindow
+
+
+class WindowIds(BaseWindowedBolt):
+    """Emits ``(start, end, ids, size)`` per window: the ``id`` fields of its tuples, in order.
+
+    ``ids`` is the ids joined by ``,``; with ``streamed=True`` the tuples are read through
+    ``get_iter()`` (persistent windows) and ``size`` counts them.
+    """
+
+    def __init__(self, streamed: bool = False) -> None:
+        self.streamed = streamed
+
+    def prepare(self, conf: dict[str, Any], context: TopologyContext,
+                collector: OutputCollector) -> None:
+        """Keep the collector."""
+        self.collector = collector
+
+    def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
+        """``start``, ``end``, ``ids``, ``size``."""
+        declarer.declare(Fields("start", "end", "ids", "size"))
+
+    def execute(self, window: TupleWindow) -> None:
+        """One tuple per window."""
+        tuples = window.get_iter() if self.streamed else window.get()
+        ids = [str(t.get_value_by_field("id")) for t in tuples]
+        self.collector.emit([window.get_start_timestamp(), window.get_end_timestamp(),
+                             ",".join(ids), len(ids)])
+
+
+class CountingWindows(BaseStatefulWindowedBolt):
+    """Per window ``(start, end, count, total, seq)``; ``seq`` numbers the task's windows.
+
+    ``seq`` lives in the checkpointed ``KeyValueState``: after kills and restarts the
+    windows still come out numbered 1, 2, 3... with no gap and no repeat.
+    """
+
+    def init_state(self, state: KeyValueState) -> None:
+        """The task's window counter."""
+        self.state = state
+
+    def prepare(self, conf: dict[str, Any], context: TopologyContext,
+                collector: OutputCollector) -> None:
+        """Keep the collector."""
+        self.collector = collector
+
+    def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
+        """``start``, ``end``, ``count``, ``total``, ``seq``."""
+        declarer.declare(Fields("start", "end", "count", "total", "seq"))
+
+    def execute(self, window: TupleWindow) -> None:
+        """Count and sum the window's ``value`` fields."""
+        seq = self.state.get("seq", 0) + 1
+        self.state.put("seq", seq)
+        values = [t.get_value_by_field("value") for t in window.get()]
+        self.collector.emit([window.get_start_timestamp(), window.get_end_timestamp(),
+                             len(values), sum(values), seq])

@@ -1,0 +1,259 @@
+"""User windowed bolts on Spark: one ``transformWithStateInPandas`` task per bolt task.
+
+A windowed bolt's stage is grouped by ``__task``; for each task and micro-batch the processor
+
+1. loads the task's :class:`~kstorm._windowed.WindowedTask` snapshot from a TWS value state
+   (versioned by batch id, so a replayed batch starts from exactly the state its first
+   attempt saw) -- or, on the first batch after a lost checkpoint, from the snapshot a
+   stateful sink stored with its offsets;
+2. runs the batch's tuples through it at the batch's processing time (Spark's batch
+   timestamp, recorded in the offset log: a replay sees the same time), calling the bolt's
+   ``execute(window)`` for every window that fired and routing late tuples;
+3. saves the snapshot (and the stateful variant's ``KeyValueState``, a TWS map state), and
+   registers a processing-time timer for the next moment a window can close without new
+   tuples (continuous trigger only: Spark then runs no-data micro-batches).
+
+With ``with_message_id_field`` the snapshot is also sent to the driver, which stores it with
+the sinks' offsets (``state`` of :meth:`BaseSink.commit`), so the windows survive a lost
+checkpoint.
+"""
+
+from __future__ import annotations
+
+import logging
+import pickle
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from kstorm._executor import Outgoing, StageExecutor
+from kstorm._spark.envelope import bad_input, envelope_tuples, raw_tuples, split_for, to_arrow
+from kstorm._spark.stage import (
+    METRICS_DEST,
+    StageContext,
+    _batch_id,
+    _MapStateKeyValue,
+    _named,
+    _packed,
+    _policy,
+)
+from kstorm._window_store import PersistentTuples, PersistentWindow
+from kstorm._windowed import WindowedTask
+from kstorm.tuple import Tuple
+from kstorm.windowing.config import WindowConfig
+from kstorm.windowing.window import TupleWindow
+
+log = logging.getLogger("kstorm.windowing")
+
+NOW_COLUMN = "__now"  # the batch's processing time (ms), added to the stage's input rows
+STATE_DEST = "__wstate:"  # + component: a task's snapshot for the sinks' stored state
+STATE_KEY = "wbolt:{component}:{task}"  # its name in the sinks' stored state
+
+
+def state_key(component: str, task: int) -> str:
+    """Name of a windowed bolt task's snapshot in a sink's stored state."""
+    return STATE_KEY.format(component=component, task=task)
+
+
+@dataclass
+class WindowedStageSpec:
+    """What the processor needs besides the stage context (shipped with it)."""
+
+    component: str
+    config: WindowConfig
+    inputs: list[str] = field(default_factory=list)  # streams the watermark waits for
+    timers: bool = False        # TimeMode ProcessingTime: timers and no-data batches
+    to_driver: bool = False     # send snapshots to the driver (stored with sink offsets)
+    seeds: dict[int, bytes] = field(default_factory=dict)  # task -> snapshot from a sink
+
+    @property
+    def time_mode(self) -> str:
+        """The TWS time mode."""
+        return "ProcessingTime" if self.timers else "None"
+
+
+class _Output:
+    """Routes a :class:`WindowedTask`'s results through the stage's executor."""
+
+    def __init__(self, executor: StageExecutor, component: str, task: int,
+                 late_stream: str | None) -> None:
+        self.executor, self.component, self.task = executor, component, task
+        self.late_stream = late_stream
+
+    def window(self, window: TupleWindow | PersistentWindow) -> None:
+        self.executor.execute_window(self.component, self.task, window)
+
+    def late(self, tuple_: Tuple) -> None:
+        self.executor.counters[f"{self.component}.late"] += 1
+        if self.late_stream is not None:
+            self.executor.emit_from(self.component, self.task, self.late_stream, [tuple_],
+                                    (tuple_,))
+        else:
+            log.info("windowed bolt %r task %d: late tuple %r (message id %r) dropped",
+                     self.component, self.task, tuple_, tuple_.message_id)
+
+    def error(self, tuple_: Tuple, exc: Exception) -> None:
+        self.executor.bolt_error(self.component, tuple_, exc)
+
+
+class _MapStateChunks:
+    """A persistent window's chunk backend: a TWS ``MapState`` (long -> binary)."""
+
+    def __init__(self, map_state: Any) -> None:
+        self._ms = map_state
+
+    def get(self, key: int) -> bytes | None:
+        row = self._ms.getValue((key,))
+        return None if row is None else bytes(row[0])
+
+    def put(self, key: int, blob: bytes) -> None:
+        self._ms.updateValue((key,), (blob,))
+
+    def remove(self, key: int) -> None:
+        self._ms.removeKey((key,))
+
+
+def windowed_processor(ctx: StageContext, spec: WindowedStageSpec) -> Any:
+    """The ``StatefulProcessor`` of a windowed bolt's stage."""
+    from pyspark.sql.streaming.stateful_processor import StatefulProcessor
+
+    class WindowedStage(StatefulProcessor):
+        def init(self, handle: Any) -> None:
+            self._handle = handle
+            self._window = handle.getValueState("window", "blob binary")
+            self._kv = handle.getMapState("kv", "k binary", "v binary")
+            self._tuples = handle.getMapState("tuples", "k long", "v binary")
+
+        def handleInputRows(self, key: Any, rows: Iterator[Any], timerValues: Any
+                            ) -> Iterator[Any]:
+            yield from self._batch(int(key[0]), rows, timerValues)
+
+        def handleExpiredTimer(self, key: Any, timerValues: Any, expiredTimerInfo: Any
+                               ) -> Iterator[Any]:
+            yield from self._batch(int(key[0]), None, timerValues)
+
+        def _batch(self, task: int, rows: Iterator[Any] | None, timer_values: Any
+                   ) -> Iterator[Any]:
+            now = int(timer_values.getCurrentProcessingTimeInMs())
+            kvs: list[_MapStateKeyValue] = []
+
+            def state_for(component: str, _task: int) -> _MapStateKeyValue:
+                kv = _MapStateKeyValue(self._kv)
+                kvs.append(kv)
+                return kv
+
+            executor = StageExecutor(ctx.topology, ctx.plan, ctx.stage_index,
+                                     topology_name=ctx.topology_name, conf=ctx.conf,
+                                     batch_id=_batch_id(), partition=task,
+                                     state_for=state_for, on_bolt_error=ctx.on_bolt_error)
+            windowed = self._load(task)
+            tuples: list[Tuple] = []
+            stage = ctx.plan.stages[ctx.stage_index]
+            for pdf in rows or ():
+                batch = _typed(pdf, ctx)
+                if batch.num_rows == 0:
+                    continue
+                if now < 0 and NOW_COLUMN in batch.schema.names:
+                    now = int(batch.column(NOW_COLUMN)[0].as_py())
+                if stage.raw_spout is not None:
+                    if ctx.carrier:
+                        dead, skipped = bad_input(batch, stage.raw_spout, _policy(ctx))
+                        for values in dead:
+                            executor.dead_letter_record(stage.raw_spout, values)
+                        if skipped:
+                            executor.counters[f"{stage.raw_spout}.skipped"] += skipped
+                    tuples.extend(t for _, t in raw_tuples(batch, stage.raw_spout, ctx.topology,
+                                                           [task] * batch.num_rows))
+                else:
+                    mine, others = split_for(batch, stage.head)
+                    if others.num_rows:
+                        yield _pandas(others.drop_columns([NOW_COLUMN]))
+                    tuples.extend(t for _, t in envelope_tuples(mine, ctx.topology))
+            executor.counters[f"{spec.component}.executed"] += len(tuples)
+            out = _Output(executor, spec.component, task, spec.config.late_tuple_stream)
+            windowed.process(tuples, now, out)
+            for chunk in _packed(executor.finish()):
+                yield _pandas(chunk)
+            for kv in kvs:
+                kv.flush()
+            blob = pickle.dumps(windowed.snapshot(), protocol=5)
+            self._window.update((blob,))
+            if spec.to_driver:
+                kv_items = dict(_MapStateKeyValue(self._kv))
+                seed = pickle.dumps({"window": blob, "kv": kv_items}, protocol=5)
+                yield _pandas(to_arrow([Outgoing(STATE_DEST + spec.component, task,
+                                                 spec.component, "", seed, None)]))
+            if spec.timers:
+                self._set_timer(windowed.next_timer(now))
+            counters = {k: v for k, v in executor.counters.items() if v}
+            if counters:
+                yield _pandas(to_arrow([Outgoing(METRICS_DEST, 0, spec.component, "",
+                                                 pickle.dumps({"stage": ctx.stage_index,
+                                                               **counters}), None)]))
+
+        def _load(self, task: int) -> WindowedTask:
+            store = (PersistentTuples(_MapStateChunks(self._tuples),
+                                      spec.config.max_events_in_memory)
+                     if spec.config.persistent else None)
+            windowed = WindowedTask(spec.component, spec.config, spec.inputs, store)
+            if self._window.exists():
+                windowed.restore(pickle.loads(self._window.get()[0]))
+            elif task in spec.seeds:  # first batch after a lost checkpoint
+                seed = pickle.loads(spec.seeds[task])
+                windowed.restore(pickle.loads(seed["window"]))
+                kv = _MapStateKeyValue(self._kv)
+                for k, v in seed["kv"].items():
+                    kv.put(k, v)
+                kv.flush()
+            return windowed
+
+        def _set_timer(self, at: int | None) -> None:
+            existing = list(self._handle.listTimers())
+            for t in existing:
+                if t != at:
+                    self._handle.deleteTimer(t)
+            if at is not None and at not in existing:
+                self._handle.registerTimer(at)
+
+        def close(self) -> None:
+            pass
+
+    return WindowedStage()
+
+
+def _typed(pdf: Any, ctx: StageContext) -> pa.RecordBatch:
+    """The input rows with their Spark types back (pandas turned nullable ints to floats)."""
+    schema = ctx.input_schema
+    if schema is None or len(schema) != len(pdf.columns):
+        return _named(pdf, ctx.input_columns)
+    pdf.columns = schema.names
+    return pa.RecordBatch.from_pandas(pdf, schema=schema, preserve_index=False)
+
+
+def _pandas(batch: pa.RecordBatch) -> Any:
+    return batch.to_pandas()
+
+
+def windowed_spec(topology: Any, plan: Any, stage: Any, settings: Any,
+                  seeds: dict[str, bytes]) -> WindowedStageSpec:
+    """The :class:`WindowedStageSpec` of a windowed bolt's stage."""
+    from kstorm.config import TriggerMode
+    from kstorm.kafka_spout import KafkaSpout
+    from kstorm.windowing.durations import Duration
+
+    spec = topology.components[stage.head]
+    config: WindowConfig = spec.component.window_config
+    inputs = [f"{g.component}:{g.stream}" for g in spec.inputs
+              if not isinstance(topology.components[g.component].component, KafkaSpout)]
+    continuous = settings.trigger is TriggerMode.CONTINUOUS
+    needs_timers = (config.idle_timeout is not None if config.is_event_time
+                    else isinstance(config.sliding_interval, Duration))
+    stores = any(getattr(topology.components[s].component, "stores_state", False)
+                 for s in plan.sinks)
+    to_driver = stores and config.message_id_field is not None and not config.persistent
+    prefix = state_key(stage.head, 0)[:-1]
+    mine = {int(k[len(prefix):]): v for k, v in seeds.items() if k.startswith(prefix)}
+    return WindowedStageSpec(stage.head, config, inputs, continuous and needs_timers,
+                             to_driver, mine)

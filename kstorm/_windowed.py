@@ -1,0 +1,252 @@
+"""One task of a user windowed bolt across micro-batches (pure: no Spark, no I/O).
+
+The Spark layer (``kstorm/_spark/windowed_bolt.py``) restores a :class:`WindowedTask` from
+the task's state before each micro-batch, hands it the batch's tuples and the batch's
+processing time, and saves :meth:`WindowedTask.snapshot` afterwards. Per batch:
+
+1. Each tuple gets its timestamp: the batch's processing time, or (event time) the timestamp
+   field / extractor. A tuple whose timestamp cannot be read is a bolt error (dead letter).
+2. The tuples are sorted deterministically, because the rows of one task arrive in any order
+   after a shuffle: by ``(timestamp, source component, stream, message id, values)``; with a
+   message id field by ``(source, message id)``, the order the id ledger expects.
+3. Event time: a tuple is *late* iff its timestamp is below the watermark in force when the
+   batch started (the one computed at the end of the previous batch), so lateness does not
+   depend on the order of rows within a batch. Late tuples join no window; they are counted
+   and go to the late-tuple stream, if any.
+4. At the end of the batch the watermark is computed once -- min over the task's input
+   streams of (latest timestamp - lag), leaving out streams idle for longer than the idle
+   timeout -- or, in processing time, the clock moves to the batch time; the windows that
+   closed are returned, in order. (Count-triggered processing-time windows fire as soon as
+   the tuple completing them is added.)
+5. :meth:`next_timer` tells the runtime when to wake the task without new tuples.
+
+Example:
+    >>> from kstorm.tuple import Fields
+    >>> from kstorm.windowing import Count, WindowConfig
+    >>> task = WindowedTask("w", WindowConfig(Count(2), tumbling=True))
+    >>> out = Collect()
+    >>> task.process([Tuple([x], Fields("x"), "s") for x in "abc"], 1_000, out)
+    >>> [[t.values[0] for t in w] for w in out.windows]
+    [['a', 'b']]
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pickle
+from collections.abc import Hashable, Iterable, Sequence
+from typing import Any, Protocol
+
+from kstorm._window_store import PersistentTuples, PersistentWindow
+from kstorm.tuple import Tuple
+from kstorm.windowing.config import WindowConfig
+from kstorm.windowing.durations import Count
+from kstorm.windowing.manager import WindowManager, default_source
+from kstorm.windowing.watermark import WatermarkTracker
+from kstorm.windowing.window import TupleWindow
+
+_VERSION = 1
+
+
+def is_kafka_id(message_id: Any) -> bool:
+    """Whether ``message_id`` is a Kafka ``(topic, partition, offset)``."""
+    return isinstance(message_id, tuple) and len(message_id) == 3
+
+
+def source_of(tuple_: Any) -> Hashable:
+    """The source a message id is monotonic within: the Kafka partition, else the sender."""
+    mid: Any = getattr(tuple_, "message_id", None)
+    if is_kafka_id(mid):
+        return (mid[0], mid[1])
+    return default_source(tuple_)
+
+
+def stream_of(tuple_: Tuple) -> str:
+    """The watermark input stream of a tuple: ``topic/partition`` or ``component:stream``."""
+    mid = tuple_.message_id
+    if is_kafka_id(mid):
+        return f"{mid[0]}/{mid[1]}"
+    return f"{tuple_.source_component}:{tuple_.source_stream}"
+
+
+def _id_key(message_id: Any) -> tuple[Any, ...]:
+    if message_id is None:
+        return (0,)
+    if is_kafka_id(message_id):
+        return (1, str(message_id[0]), message_id[1], message_id[2])
+    # natural order of ids like "3:10" (ListSpout): numbers compare as numbers
+    return (2, tuple((0, int(p), "") if p.isdigit() else (1, 0, p)
+                     for p in str(message_id).split(":")))
+
+
+def order_key(tuple_: Tuple, ts: int) -> tuple[Any, ...]:
+    """Deterministic position of a tuple within its batch (step 2 of the module docstring).
+
+    Example:
+        >>> from kstorm.tuple import Fields
+        >>> a = Tuple([1], Fields("x"), "s", message_id=("t", 0, 7))
+        >>> b = Tuple([0], Fields("x"), "s", message_id=("t", 0, 3))
+        >>> sorted([a, b], key=lambda t: order_key(t, 5))[0].message_id
+        ('t', 0, 3)
+    """
+    mid = tuple_.message_id
+    tie = pickle.dumps(tuple_.values, protocol=5) if mid is None else b""
+    return (ts, tuple_.source_component, tuple_.source_stream, _id_key(mid), tie)
+
+
+class WindowOutput(Protocol):
+    """Where a :class:`WindowedTask` sends what a batch produces."""
+
+    def window(self, window: TupleWindow | PersistentWindow) -> None:
+        """A window fired: call the bolt's ``execute(window)``."""
+
+    def late(self, tuple_: Tuple) -> None:
+        """A late tuple: count it, emit it on the late-tuple stream if there is one."""
+
+    def error(self, tuple_: Tuple, exc: Exception) -> None:
+        """The tuple's timestamp or message id could not be read (a bolt error)."""
+
+
+class Collect:
+    """A :class:`WindowOutput` that keeps everything (tests and examples)."""
+
+    def __init__(self) -> None:
+        self.windows: list[list[Tuple]] = []
+        self.bounds: list[tuple[int | None, int | None]] = []
+        self.late_tuples: list[Tuple] = []
+        self.errors: list[tuple[Tuple, Exception]] = []
+
+    def window(self, window: TupleWindow | PersistentWindow) -> None:
+        """Keep the window's tuples and bounds."""
+        self.windows.append(window.get())
+        self.bounds.append((window.get_start_timestamp(), window.get_end_timestamp()))
+
+    def late(self, tuple_: Tuple) -> None:
+        """Keep the late tuple."""
+        self.late_tuples.append(tuple_)
+
+    def error(self, tuple_: Tuple, exc: Exception) -> None:
+        """Keep the error."""
+        self.errors.append((tuple_, exc))
+
+
+class WindowedTask:
+    """The windows, watermark and message-id ledger of one windowed bolt task.
+
+    Args:
+        component: the bolt's id (for messages).
+        config: its window configuration.
+        inputs: watermark streams that must deliver before any watermark (``component:stream``
+            of the bolt's non-Kafka inputs; Kafka partitions join as they deliver).
+        store: where a persistent window's tuples live (``with_persistence()``); without
+            one, tuples are held in memory.
+    """
+
+    def __init__(self, component: str, config: WindowConfig,
+                 inputs: Sequence[Hashable] = (), store: PersistentTuples | None = None) -> None:
+        self.component = component
+        self.config = config
+        self.store = store if config.persistent else None
+        if self.store is not None:  # the manager holds refs; ids are not used (as in Storm)
+            config = dataclasses.replace(config, message_id_field=None)
+        self.manager = WindowManager(config, source_of=source_of)
+        self.tracker = (WatermarkTracker(config.lag, interval=config.watermark_interval,
+                                         streams=inputs, idle_timeout=config.idle_timeout)
+                        if config.is_event_time else None)
+        self._count_trigger = isinstance(config.sliding_interval, Count)
+
+    # -- state ---------------------------------------------------------------------------
+
+    def snapshot(self) -> dict[str, Any]:
+        """Everything needed to go on after this batch (picklable)."""
+        return {"version": _VERSION, "manager": self.manager.snapshot(),
+                "tracker": None if self.tracker is None else self.tracker.snapshot(),
+                "store": None if self.store is None else self.store.snapshot()}
+
+    def restore(self, snapshot: dict[str, Any] | None) -> None:
+        """Go on from a :meth:`snapshot` (``None``: a fresh task)."""
+        if snapshot is None:
+            return
+        self.manager.restore(snapshot["manager"])
+        if self.tracker is not None and snapshot["tracker"] is not None:
+            self.tracker.restore(snapshot["tracker"])
+        if self.store is not None and snapshot.get("store") is not None:
+            self.store.restore(snapshot["store"])
+
+    @property
+    def late_count(self) -> int:
+        """Late tuples so far."""
+        return self.manager.late_count
+
+    # -- one micro-batch -----------------------------------------------------------------
+
+    def process(self, tuples: Iterable[Tuple], now_ms: int, out: WindowOutput) -> None:
+        """Run one micro-batch at processing time ``now_ms`` (steps 1-4)."""
+        stamped = self._stamp(tuples, now_ms, out)
+        manager, tracker, store = self.manager, self.tracker, self.store
+        for tuple_, ts in stamped:
+            if tracker is not None:
+                tracker.track(stream_of(tuple_), ts, now_ms)
+            ref: Any = tuple_ if store is None else store.new_ref()
+            if not manager.add(ref, ts):
+                out.late(tuple_)
+                continue
+            if store is not None:
+                store.put(ref, tuple_)
+            if tracker is None and self._count_trigger:
+                for window in manager.on_processing_time(now_ms):
+                    self._fire(window, out)
+        self.tick(now_ms, out)
+
+    def tick(self, now_ms: int, out: WindowOutput) -> None:
+        """Time moved to ``now_ms``: fire the windows that closed (no new tuples)."""
+        if self.tracker is None:
+            windows = self.manager.on_processing_time(now_ms)
+        else:
+            watermark = self.tracker.emit(now_ms)
+            windows = [] if watermark is None else self.manager.on_watermark(watermark)
+        for window in windows:
+            self._fire(window, out)
+        if self.store is not None:
+            self.store.flush()
+            snap = self.manager.snapshot()
+            self.store.collect(e[2] for part in ("entries", "pending", "heap", "replayed")
+                               for e in snap[part])
+
+    def _fire(self, window: TupleWindow, out: WindowOutput) -> None:
+        out.window(window if self.store is None else PersistentWindow(window, self.store))
+
+    def next_timer(self, now_ms: int) -> int | None:
+        """When to wake this task without new tuples (``None``: only when tuples come)."""
+        if self.tracker is None:
+            end = self.manager.next_window_end()
+            return None if end is None else max(end + 1, now_ms + 1)
+        if self.manager.size == 0:
+            return None
+        return self.tracker.next_idle_at(now_ms)
+
+    def _stamp(self, tuples: Iterable[Tuple], now_ms: int, out: WindowOutput
+               ) -> list[tuple[Tuple, int]]:
+        extract, id_of = self.config.extractor, self.config.message_id_extractor
+        stamped: list[tuple[Tuple, int]] = []
+        keys: list[tuple[Any, ...]] = []
+        for tuple_ in tuples:
+            try:
+                ts = now_ms if extract is None else extract(tuple_)
+                if isinstance(ts, bool) or not isinstance(ts, int):
+                    msg = (f"windowed bolt {self.component!r}: the timestamp extractor returned "
+                           f"{type(ts).__name__} {ts!r} for {tuple_!r}; expected int ms")
+                    raise TypeError(msg)
+                key = ((repr(source_of(tuple_)), id_of(tuple_), ts) if id_of is not None
+                       else order_key(tuple_, ts))
+            except Exception as exc:  # noqa: BLE001 - reported as the tuple's bolt error
+                out.error(tuple_, exc)
+                continue
+            stamped.append((tuple_, ts))
+            keys.append(key)
+        order = sorted(range(len(stamped)), key=keys.__getitem__)
+        return [stamped[i] for i in order]
+
+
+__all__ = ["Collect", "WindowOutput", "WindowedTask", "order_key", "source_of",
+           "stream_of"]
