@@ -91,6 +91,37 @@ def test_restart_from_checkpoint_continues_state(spark, tmp_path):
     assert sorted(map(tuple, second.sinks["out"].values)) == [("cat", 3), ("cat", 4)]
 
 
+class KeepTypes(BaseStatefulBolt):
+    """Remembers each key's value exactly as it arrived (its Python type included)."""
+
+    def init_state(self, state):
+        self.state = state
+
+    def prepare(self, conf, context, collector):
+        self.collector = collector
+
+    def declare_output_fields(self, d):
+        d.declare(Fields("key", "value", "type"))
+
+    def execute(self, t):
+        value = t.get_value_by_field("value")
+        self.state.put(t.get_value_by_field("key"), value)
+        self.collector.emit([t.get_value_by_field("key"), value, type(value).__name__])
+
+
+def test_stateful_bolt_gets_spout_values_with_their_types(spark, tmp_path):
+    # Spark hands a stateful stage its rows as pandas, which turns an integer column with
+    # nulls into floats: the bolt must still see 7 (an int) and None, never 7.0 or NaN.
+    b = TopologyBuilder()
+    b.set_spout("rows", ListSpout([[("a", 7), ("b", None)], [("c", 2**53 + 1)]],
+                                  Fields("key", "value")))
+    b.set_bolt("keep", KeepTypes(), 2).fields_grouping("rows", Fields("key"))
+    b.set_bolt("out", CaptureSink()).global_grouping("keep")
+    result = run_to_completion(b.create_topology(), {"kstorm.checkpoint.dir": str(tmp_path)})
+    assert sorted(result.sinks["out"].values, key=lambda v: v[0]) == [
+        ["a", 7, "int"], ["b", None, "NoneType"], ["c", 2**53 + 1, "int"]]
+
+
 def test_seed_004_worked_example(spark, tmp_path):
     def at(h, m, s):
         return (h * 3600 + m * 60 + s) * 1000

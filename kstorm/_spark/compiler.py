@@ -98,6 +98,7 @@ def compile_query(spark: SparkSession, topology: StormTopology, plan: Plan, name
                 windowed_processor(ctx, spec), ENVELOPE_DDL, "Append", spec.time_mode)
         elif stage.stateful:
             ctx.input_columns = [c for c in frame.columns]
+            ctx.input_schema = to_arrow_schema(frame.schema)
             out = frame.groupBy("__task").transformWithStateInPandas(
                 stateful_processor(ctx), ENVELOPE_DDL, "Append", "None")
         else:

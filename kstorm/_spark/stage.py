@@ -199,7 +199,7 @@ def stateful_processor(ctx: StageContext) -> Any:
                                      topology_name=ctx.topology_name, conf=ctx.conf,
                                      batch_id=_batch_id(), partition=task,
                                      state_for=state_for, on_bolt_error=ctx.on_bolt_error)
-            batches = (_named(pdf, ctx.input_columns) for pdf in rows)
+            batches = (typed_rows(pdf, ctx) for pdf in rows)
             for out in _run(ctx, executor, batches, lambda b: [task] * b.num_rows):
                 yield out.to_pandas()
             for kv in states:
@@ -217,3 +217,16 @@ def _named(pdf: Any, columns: list[str] | None) -> pa.RecordBatch:
     if columns is not None and len(columns) == len(pdf.columns):
         pdf.columns = columns
     return pa.RecordBatch.from_pandas(pdf, preserve_index=False)
+
+
+def typed_rows(pdf: Any, ctx: StageContext) -> pa.RecordBatch:
+    """A TWS stage's input rows with their Spark types back.
+
+    TWS hands grouped rows over as pandas with positional names, and pandas turns nullable
+    integer columns into floats: the input's Arrow schema restores both.
+    """
+    schema = ctx.input_schema
+    if schema is None or len(schema) != len(pdf.columns):
+        return _named(pdf, ctx.input_columns)
+    pdf.columns = schema.names
+    return pa.RecordBatch.from_pandas(pdf, schema=schema, preserve_index=False)

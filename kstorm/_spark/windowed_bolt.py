@@ -35,9 +35,9 @@ from kstorm._spark.stage import (
     StageContext,
     _batch_id,
     _MapStateKeyValue,
-    _named,
     _packed,
     _policy,
+    typed_rows,
 )
 from kstorm._window_store import PersistentTuples, PersistentWindow
 from kstorm._windowed import WindowedTask
@@ -152,7 +152,7 @@ def windowed_processor(ctx: StageContext, spec: WindowedStageSpec) -> Any:
             tuples: list[Tuple] = []
             stage = ctx.plan.stages[ctx.stage_index]
             for pdf in rows or ():
-                batch = _typed(pdf, ctx)
+                batch = typed_rows(pdf, ctx)
                 if batch.num_rows == 0:
                     continue
                 if now < 0 and NOW_COLUMN in batch.schema.names:
@@ -221,15 +221,6 @@ def windowed_processor(ctx: StageContext, spec: WindowedStageSpec) -> Any:
             pass
 
     return WindowedStage()
-
-
-def _typed(pdf: Any, ctx: StageContext) -> pa.RecordBatch:
-    """The input rows with their Spark types back (pandas turned nullable ints to floats)."""
-    schema = ctx.input_schema
-    if schema is None or len(schema) != len(pdf.columns):
-        return _named(pdf, ctx.input_columns)
-    pdf.columns = schema.names
-    return pa.RecordBatch.from_pandas(pdf, schema=schema, preserve_index=False)
 
 
 def _pandas(batch: pa.RecordBatch) -> Any:
