@@ -8,16 +8,20 @@ and the consumer group's committed offsets.
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
-from acking_topology import Flaky, executions, flaky_topology
+from acking_topology import Fan, Flaky, Leaf, executions, flaky_topology
+from confluent_kafka import Consumer, KafkaError
+from confluent_kafka import TopicPartition as KafkaTopicPartition
 
-from kstorm import KafkaSpout, submit_topology
+from kstorm import Fields, KafkaSpout, TopologyBuilder, submit_topology
 from kstorm._kafka import create_topic
+from kstorm.acking import RetryPolicy
 from kstorm.runtime import TopologyHandle
 from kstorm.testing import CaptureSink
 
@@ -81,3 +85,176 @@ def test_failed_tuples_are_replayed_and_nothing_else_reruns(spark, kafka, topic_
     assert counters["replayed"] == len(failing)
     assert counters.get("timed_out", 0) == 0
     assert counters["pending"] == 0
+
+
+def test_tuples_never_acked_time_out_and_are_replayed(spark, kafka, topic_name,
+                                                      checkpoint_dir, produce, tmp_path):
+    setup_topic(kafka, produce, topic_name)
+    held = {"v01", "v30"}
+    sink = CaptureSink()
+    topology = flaky_topology(KafkaSpout(topic_name), Flaky(str(tmp_path), held, mode="hold"),
+                              sink)
+    started = time.monotonic()
+    handle = run(f"hold-{uuid.uuid4().hex[:6]}",
+                 conf(kafka, checkpoint_dir, **{"topology.message.timeout.secs": 3}), topology)
+
+    assert time.monotonic() - started > 3  # the run waited for the time-out
+    runs = executions(tmp_path)
+    assert {v for v, n in runs.items() if n == 2} == held
+    assert {v for v, n in runs.items() if n == 1} == set(VALUES) - held
+    assert Counter(v[0] for v in handle.sinks["out"].values) == Counter(VALUES)
+    counters = spout_counters(handle)
+    assert counters["timed_out"] == len(held)
+    assert counters.get("failed", 0) == 0
+    assert counters["replayed"] == len(held)
+    assert counters["acked"] == N
+    assert counters["pending"] == 0
+
+
+def read_all(bootstrap: str, topic: str, timeout: float = 30.0) -> list[Any]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"read-{uuid.uuid4()}",
+                         "enable.auto.commit": False, "enable.partition.eof": True})
+    partitions = list(consumer.list_topics(topic, timeout=10).topics[topic].partitions)
+    consumer.assign([KafkaTopicPartition(topic, p, 0) for p in partitions])
+    out, pending = [], set(partitions)
+    deadline = time.monotonic() + timeout
+    try:
+        while pending and time.monotonic() < deadline:
+            for msg in consumer.consume(100, 0.2):
+                if msg.error() is None:
+                    out.append(msg)
+                elif msg.error().code() == KafkaError._PARTITION_EOF:
+                    pending.discard(msg.partition())
+    finally:
+        consumer.close()
+    return out
+
+
+def test_a_tuple_that_always_fails_goes_to_the_dead_letter_topic_after_its_retries(
+        spark, kafka, topic_name, checkpoint_dir, produce, tmp_path):
+    where = setup_topic(kafka, produce, topic_name)
+    poison = "v05"
+    dlq = f"{topic_name}-dlq"
+    create_topic(kafka.bootstrap_servers, dlq, 1)
+    spout = KafkaSpout(topic_name, retry=RetryPolicy(initial_delay_ms=0, delay_period_ms=50,
+                                                     max_retries=2))
+    sink = CaptureSink()
+    topology = flaky_topology(spout, Flaky(str(tmp_path), {poison}, mode="always"), sink)
+    handle = run(f"dlq-{uuid.uuid4().hex[:6]}",
+                 conf(kafka, checkpoint_dir, **{"kstorm.dead.letter.topic": dlq}), topology)
+
+    runs = executions(tmp_path)
+    assert runs[poison] == 3  # the first attempt and two retries
+    assert all(runs[v] == 1 for v in VALUES if v != poison)
+    assert Counter(v[0] for v in handle.sinks["out"].values) == Counter(
+        v for v in VALUES if v != poison)
+    records = read_all(kafka.bootstrap_servers, dlq)
+    assert len(records) == 1
+    headers = {k: v.decode() for k, v in records[0].headers()}
+    partition, offset = where[poison]
+    assert (headers["topic"], headers["partition"], headers["offset"]) == (
+        topic_name, str(partition), str(offset))
+    assert headers["component"] == "events"
+    assert headers["error_type"] == "TupleFailed"
+    assert "max_retries=2" in headers["message"]
+    assert records[0].value() == poison.encode()
+    counters = spout_counters(handle)
+    assert counters["dead_lettered"] == 1
+    assert counters["failed"] == 3
+    assert counters["replayed"] == 2
+    assert counters["acked"] == N - 1
+    assert counters["pending"] == 0
+
+
+def committed(bootstrap: str, group: str, partitions: list[tuple[str, int]]
+              ) -> dict[tuple[str, int], int]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                         "enable.auto.commit": False})
+    try:
+        answer = consumer.committed([KafkaTopicPartition(t, p) for t, p in partitions],
+                                    timeout=10)
+    finally:
+        consumer.close()
+    return {(tp.topic, tp.partition): tp.offset for tp in answer}
+
+
+def test_group_offsets_never_pass_an_unacked_offset(spark, kafka, topic_name, checkpoint_dir,
+                                                     produce, tmp_path):
+    where = setup_topic(kafka, produce, topic_name)
+    held = "v10"  # partition 0, offset 5: its tree is never acked on the first attempt
+    partition, offset = where[held]
+    tp = (topic_name, partition)
+    other = (topic_name, 1 - partition)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    sink = CaptureSink()
+    topology = flaky_topology(KafkaSpout(topic_name, group_id=group),
+                              Flaky(str(tmp_path), {held}, mode="hold"), sink)
+    settings = conf(kafka, checkpoint_dir, **{"kstorm.trigger": "continuous",
+                                              "kstorm.trigger.interval.ms": 200,
+                                              "topology.message.timeout.secs": 8})
+    handle = submit_topology(f"slow-{uuid.uuid4().hex[:6]}", settings, topology)
+    seen: list[int] = []
+    try:
+        deadline = time.monotonic() + RUN_TIMEOUT
+        while True:
+            assert handle.is_active, "the topology stopped"
+            assert time.monotonic() < deadline, f"no progress: {handle.progress}"
+            offsets = committed(kafka.bootstrap_servers, group, [tp, other])
+            # read after the offsets: the sink has a record before the group can pass it
+            acked = held in [v[0] for v in handle.sinks["out"].values]
+            if offsets[tp] >= 0:
+                seen.append(offsets[tp])
+                if not acked:
+                    assert offsets[tp] <= offset, f"group passed un-acked offset {offset}"
+            if acked and offsets[tp] == N // 2:
+                break
+            time.sleep(0.2)
+    finally:
+        handle.stop()
+    assert offset in seen, f"the group never waited at the un-acked offset: {seen}"
+    assert committed(kafka.bootstrap_servers, group, [other])[other] == N // 2
+    assert executions(tmp_path)[held] == 2
+
+
+@pytest.mark.parametrize("how", [{"topology.guarantee": "at-most-once"},
+                                 {"topology.acker.executors": 0}])
+def test_at_most_once_tracks_nothing_and_loses_failed_tuples(spark, kafka, topic_name,
+                                                             checkpoint_dir, produce, tmp_path,
+                                                             how):
+    setup_topic(kafka, produce, topic_name)
+    failing = {"v03", "v17"}
+    sink = CaptureSink()
+    topology = flaky_topology(KafkaSpout(topic_name),
+                              Flaky(str(tmp_path), failing, mode="fail"), sink)
+    handle = run(f"amo-{uuid.uuid4().hex[:6]}", conf(kafka, checkpoint_dir, **how), topology)
+
+    assert executions(tmp_path) == Counter(VALUES)  # nothing re-run
+    assert Counter(v[0] for v in handle.sinks["out"].values) == Counter(
+        v for v in VALUES if v not in failing)  # the failed tuples are lost, as documented
+    assert not (checkpoint_dir / "state").exists()  # no acker state
+    assert not (checkpoint_dir / "kstorm" / "acking").exists()
+    components = handle.progress["components"]
+    assert "__acker" not in components
+    assert "replayed" not in components.get("events", {})
+    assert components["work"]["failed"] == len(failing)
+
+
+def test_a_tree_of_ten_thousand_tuples_completes(spark, kafka, topic_name, checkpoint_dir,
+                                                  produce):
+    create_topic(kafka.bootstrap_servers, topic_name, 1)
+    produce(kafka.bootstrap_servers, topic_name, ["root"])
+    sink = CaptureSink()
+    builder = TopologyBuilder()
+    builder.set_spout("events", KafkaSpout(topic_name))
+    builder.set_bolt("fan", Fan(10_000)).shuffle_grouping("events")
+    builder.set_bolt("leaf", Leaf(), 2).fields_grouping("fan", Fields("i"))
+    builder.set_bolt("out", sink).shuffle_grouping("leaf")
+    handle = run(f"tree-{uuid.uuid4().hex[:6]}", conf(kafka, checkpoint_dir),
+                 builder.create_topology())
+
+    assert sum(n for _, n in handle.sinks["out"].values) == 10_000
+    counters = handle.progress["components"]
+    assert counters["events"]["acked"] == 1
+    assert counters["events"]["pending"] == 0
+    assert counters["__acker"]["pending"] == 0
+    assert counters["leaf"]["acked"] == 10_000

@@ -225,8 +225,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 return start
             time.sleep(min(wait / 1000, MAX_IDLE_WAIT_S) + 0.001)
         self._planned = True
-        marks = acking_marks(now, plan.retries)
-        return {**to_json(end), **stream_clocks(self.clocks_file), **marks}
+        tracked = acking_marks(now, plan.retries)
+        return {**to_json(end), **stream_clocks(self.clocks_file), **tracked}
 
     def prepareForTriggerAvailableNow(self) -> None:
         """Fix the target: the batches of an available-now run stop at today's ends."""
