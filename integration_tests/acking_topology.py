@@ -20,6 +20,7 @@ from typing import Any
 from kstorm import BaseRichBolt, Fields, TopologyBuilder
 from kstorm.bolt import BaseBasicBolt, BasicOutputCollector, OutputCollector
 from kstorm.component import OutputFieldsDeclarer, TopologyContext
+from kstorm.sink import BaseSink, SourceOffsets
 from kstorm.tuple import Tuple
 
 MODES = ("fail", "hold", "always")
@@ -57,6 +58,10 @@ class Flaky(BaseRichBolt):
         self.targets = frozenset(targets)
         self.mode = mode
 
+    def mode_for(self, value: str) -> str | None:
+        """How ``value`` misbehaves (None: it is processed normally)."""
+        return self.mode if value in self.targets else None
+
     def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
         """``value``."""
         declarer.declare(Fields("value"))
@@ -75,12 +80,13 @@ class Flaky(BaseRichBolt):
             os.write(fd, f"{value}\n".encode())
         finally:
             os.close(fd)
-        if value in self.targets:
-            if self.mode == "always":
+        mode = self.mode_for(value)
+        if mode is not None:
+            if mode == "always":
                 self.collector.fail(tuple_)
                 return
             if _first_time(self.directory, value):
-                if self.mode == "fail":
+                if mode == "fail":
                     self.collector.fail(tuple_)
                 return  # hold: never acked, the tree times out
         self.collector.emit([value], anchors=tuple_)
@@ -125,6 +131,43 @@ class Leaf(BaseBasicBolt):
             collector.emit([value, n])
 
 
+class Chaotic(Flaky):
+    """For the kill test: ``r<i>`` fails its first attempt when ``i % 20 == 7`` and is never
+    acked on its first attempt (times out) when ``i % 97 == 3``."""
+
+    def __init__(self, directory: str) -> None:
+        super().__init__(directory, frozenset(), "fail")
+
+    def mode_for(self, value: str) -> str | None:
+        """See the class docstring."""
+        i = int(value[1:])
+        if i % 20 == 7:
+            return "fail"
+        if i % 97 == 3:
+            return "hold"
+        return None
+
+
+class AppendSink(BaseSink):
+    """Appends every value it receives to a file, one line each, fsynced per batch.
+
+    Deliberately not idempotent: at least once, a replayed batch appends its values again.
+    """
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def commit(self, batch_id: int, tuples: list[Tuple], offsets: SourceOffsets,
+               state: Any = None) -> None:
+        """Append the batch's values."""
+        if not tuples:
+            return
+        with open(self.path, "a") as f:
+            f.write("".join(f"{t.values[0]}\n" for t in tuples))
+            f.flush()
+            os.fsync(f.fileno())
+
+
 def flaky_topology(spout: Any, bolt: Flaky, sink: Any) -> Any:
     """spout --shuffle--> work (``bolt``) --shuffle--> out (``sink``)."""
     builder = TopologyBuilder()
@@ -132,3 +175,69 @@ def flaky_topology(spout: Any, bolt: Flaky, sink: Any) -> Any:
     builder.set_bolt("work", bolt).shuffle_grouping("events")
     builder.set_bolt("out", sink).shuffle_grouping("work")
     return builder.create_topology()
+
+
+# -- the kill test's runner: ``python -m acking_topology ...`` ---------------------------
+
+
+def group_offsets(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int]:
+    """The group's committed offset per partition (-1001 where none)."""
+    from confluent_kafka import Consumer
+    from confluent_kafka import TopicPartition as KafkaTopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                         "enable.auto.commit": False})
+    try:
+        answer = consumer.committed([KafkaTopicPartition(topic, p) for p in range(partitions)],
+                                    timeout=10)
+    finally:
+        consumer.close()
+    return {tp.partition: tp.offset for tp in answer}
+
+
+def run(argv: list[str] | None = None) -> int:
+    """Run at least once until the group's offsets reach the topic's ends (all acked)."""
+    import argparse
+    import json
+    import logging
+    import sys
+    import time
+
+    from kstorm import KafkaSpout, submit_topology
+    from kstorm.acking import RetryPolicy
+
+    parser = argparse.ArgumentParser(prog="acking_topology")
+    for name in ("--bootstrap", "--topic", "--checkpoint", "--name", "--dir", "--ends"):
+        parser.add_argument(name, required=True)
+    parser.add_argument("--max-per-batch", type=int, default=400)
+    parser.add_argument("--timeout", type=float, default=240.0)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    ends = {int(p): o for p, o in json.loads(args.ends).items()}
+    group = f"{args.name}-group"
+    spout = KafkaSpout(args.topic, group_id=group, max_offsets_per_batch=args.max_per_batch,
+                       first_batch_max_offsets=args.max_per_batch,
+                       retry=RetryPolicy(initial_delay_ms=200, delay_period_ms=200))
+    topology = flaky_topology(spout, Chaotic(args.dir), AppendSink(f"{args.dir}/out.txt"))
+    conf = {"kafka.bootstrap.servers": args.bootstrap, "kstorm.checkpoint.dir": args.checkpoint,
+            "kstorm.trigger": "continuous", "kstorm.trigger.interval.ms": 200,
+            "kstorm.spark.master": "local[2]", "kstorm.shuffle.partitions": 2,
+            "topology.guarantee": "at-least-once", "topology.message.timeout.secs": 4}
+    handle = submit_topology(args.name, conf, topology)
+    deadline = time.monotonic() + args.timeout
+    while time.monotonic() < deadline:
+        if not handle.is_active:
+            handle.await_termination(0)
+            return 1
+        if group_offsets(args.bootstrap, group, args.topic, len(ends)) == ends:
+            logging.info("drained; progress %s", handle.progress["components"])
+            handle.stop()
+            return 0
+        time.sleep(0.3)
+    handle.stop()
+    return 3
+
+
+if __name__ == "__main__":
+    raise SystemExit(run())
