@@ -99,21 +99,21 @@ class CommitPhase:
         for payload in by_dest.pop(METRICS_DEST, _EMPTY).column("__vals").to_pylist():
             self.progress.add_counters(pickle.loads(payload))
         # Step 3b: at least once, the spout side of the trees that ended or timed out.
-        acked = None
+        reliable = None
         if self.reliability is not None:
             events = by_dest.pop(ACKER_EVENTS, _EMPTY)
             ends, batch_ms = batch_marks(self.checkpoint, batch_id, self._spouts)
-            acked = self.reliability.commit(
+            reliable = self.reliability.commit(
                 batch_id, ends, batch_ms,
                 list(zip(events.column("__task").to_pylist(),
                          events.column("__vals").to_pylist(), strict=True)))
-            self.progress.add_counters(acked.counters)
-            self.progress.set_gauges(acked.gauges)
+            self.progress.add_counters(reliable.counters)
+            self.progress.set_gauges(reliable.gauges)
         # Step 4: dead letters.
         dead = by_dest.pop(DEAD_LETTER_STREAM, _EMPTY)
         self.dead_letters.write(batch_id, [as_record(pickle.loads(v))
                                            for v in dead.column("__vals").to_pylist()]
-                                + (acked.dead_letters if acked is not None else []))
+                                + (reliable.dead_letters if reliable is not None else []))
         # Step 5: windowed aggregates fold the batch in and emit the windows that closed.
         extra: dict[str, list[Tuple]] = defaultdict(list)
         persist = []
@@ -139,8 +139,8 @@ class CommitPhase:
         for windows, state in persist:
             windows.persist(batch_id, state)
         # Step 7b: the spouts' trackers and books after this batch.
-        if self.reliability is not None and acked is not None:
-            self.reliability.persist(batch_id, acked)
+        if self.reliability is not None and reliable is not None:
+            self.reliability.persist(batch_id, reliable)
         # Step 8: captured emissions (testing).
         for src, stream, vals in zip(captured.column("__src").to_pylist(),
                                      captured.column("__stream").to_pylist(),

@@ -13,7 +13,7 @@ Example:
     ...                  retries=[("t", 0, 7, 1, 1_000)], next_timeout_ms=5_000, outstanding=1)
     >>> plan = book.plan(now_ms=2_000, max_pending=10)
     >>> plan.retries, plan.tick, plan.new_cap
-    ([('t', 0, 7, 1)], False, 8)
+    ([('t', 0, 7, 1)], False, 9)
     >>> book.wait_ms(now_ms=2_000)
     3000
 """
