@@ -14,8 +14,8 @@ Example:
     >>> plan = book.plan(now_ms=2_000, max_pending=10)
     >>> plan.retries, plan.tick, plan.new_cap
     ([('t', 0, 7, 1)], False, 9)
-    >>> book.wait_ms(now_ms=2_000)
-    3000
+    >>> book.wait_ms(now_ms=500)  # the retry is due at 1,000
+    500
 """
 
 from __future__ import annotations
