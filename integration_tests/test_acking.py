@@ -258,3 +258,51 @@ def test_a_tree_of_ten_thousand_tuples_completes(spark, kafka, topic_name, check
     assert counters["events"]["pending"] == 0
     assert counters["__acker"]["pending"] == 0
     assert counters["leaf"]["acked"] == 10_000
+
+
+def test_word_count_with_a_stateful_bolt_runs_at_least_once(spark, kafka, topic_name,
+                                                            checkpoint_dir, produce):
+    """Trees spanning three stages (split, the stateful count behind a fields grouping)."""
+    import json
+
+    from topologies import sentence_records, word_count
+
+    from serdes.json import JsonSerde
+
+    create_topic(kafka.bootstrap_servers, topic_name, 2)
+    records = sentence_records(600, seed=3)
+    for p in (0, 1):
+        produce(kafka.bootstrap_servers, topic_name, records[p::2], partition=p)
+    expected = Counter(w for r in records for w in json.loads(r)["sentence"].split())
+    spout = KafkaSpout(topic_name, value_serde=JsonSerde({"id": int, "sentence": str}),
+                       max_offsets_per_batch=200)
+    handle = run(f"wc-{uuid.uuid4().hex[:6]}",
+                 conf(kafka, checkpoint_dir, **{"topology.acker.executors": 2}),
+                 word_count(spout, CaptureSink()))
+
+    final: dict[str, int] = {}
+    for word, count in handle.sinks["out"].values:
+        final[word] = max(count, final.get(word, 0))
+    assert final == dict(expected)
+    components = handle.progress["components"]
+    assert components["sentences"]["acked"] == len(records)
+    assert components["sentences"]["pending"] == 0
+    assert components["count"]["acked"] == sum(expected.values())
+    assert components["__acker"]["pending"] == 0
+
+
+def test_max_spout_pending_bounds_the_unacked_tuples_of_a_batch(spark, kafka, topic_name,
+                                                                checkpoint_dir, produce,
+                                                                tmp_path):
+    setup_topic(kafka, produce, topic_name)
+    held = {"v00", "v01", "v02"}  # un-acked until they time out: they hold places
+    topology = flaky_topology(KafkaSpout(topic_name), Flaky(str(tmp_path), held, mode="hold"),
+                              CaptureSink())
+    settings = conf(kafka, checkpoint_dir, **{"topology.max.spout.pending": 10,
+                                              "topology.message.timeout.secs": 2})
+    handle = run(f"pending-{uuid.uuid4().hex[:6]}", settings, topology)
+
+    rows = [int(b["numInputRows"]) for b in handle.recent_batches]
+    assert sum(rows) == N + len(held)  # every record once, plus the retries
+    assert max(rows) <= 10
+    assert Counter(v[0] for v in handle.sinks["out"].values) == Counter(VALUES)
