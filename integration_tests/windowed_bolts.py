@@ -70,3 +70,21 @@ class CountingWindows(BaseStatefulWindowedBolt):
         values = [t.get_value_by_field("value") for t in window.get()]
         self.collector.emit([window.get_start_timestamp(), window.get_end_timestamp(),
                              len(values), sum(values), seq])
+
+
+class ValueWindows(BaseWindowedBolt):
+    """Emits ``(values,)`` per window: the ``value`` field of its tuples joined by ``,``."""
+
+    def prepare(self, conf: dict[str, Any], context: TopologyContext,
+                collector: OutputCollector) -> None:
+        """Keep the collector."""
+        self.collector = collector
+
+    def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
+        """``values``."""
+        declarer.declare(Fields("values"))
+
+    def execute(self, window: TupleWindow) -> None:
+        """One tuple per window."""
+        self.collector.emit([",".join(str(t.get_value_by_field("value"))
+                                      for t in window.get())])

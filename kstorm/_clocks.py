@@ -13,6 +13,7 @@ import json
 from typing import Any
 
 CLOCKS_KEY = "@clocks"  # not a legal Kafka topic name, so it never collides with offsets
+MARK_PREFIX = "@"  # every key of a batch's end offsets that is not a topic starts with it
 
 
 def read_clocks(path: str | None) -> dict[str, int]:
@@ -33,7 +34,7 @@ def stream_clocks(path: str | None) -> dict[str, Any]:
 
 
 def without_clocks(offsets: Any) -> Any:
-    """A spout's offsets minus the recorded clocks (what sinks store per partition)."""
+    """A spout's offsets minus the recorded marks (what sinks store per partition)."""
     if isinstance(offsets, dict):
-        return {k: v for k, v in offsets.items() if k != CLOCKS_KEY}
+        return {k: v for k, v in offsets.items() if not k.startswith(MARK_PREFIX)}
     return offsets

@@ -21,8 +21,12 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from kstorm._ids import DEAD_LETTER_STREAM
-from kstorm._plan import DRIVER, Plan, task_for
+from kstorm._ids import ACKER_COMPONENT, DEAD_LETTER_STREAM
+from kstorm._plan import DRIVER, AckingPlan, Plan, task_for
+from kstorm.acking.anchoring import AnchorTracker, TrackedTuple
+from kstorm.acking.ids import TupleIdGenerator, root_id_for
+from kstorm.acking.messages import MessageId
+from kstorm.acking.outbox import AckerOutbox
 from kstorm.bolt import (
     BaseBasicBolt,
     BaseRichBolt,
@@ -72,6 +76,7 @@ class _Route(NamedTuple):
     fused: bool           # the consumer runs in this stage: deliver at once
     parallelism: int      # the consumer's tasks
     positions: list[int] | None  # grouping fields' positions (fields grouping only)
+    to_driver: bool = False  # a sink: processed in the batch's commit phase, never anchored
 
 
 @dataclass
@@ -88,7 +93,7 @@ class StageExecutor:
     def __init__(self, topology: StormTopology, plan: Plan, stage_index: int, *,
                  topology_name: str, conf: dict[str, Any], batch_id: int, partition: int,
                  state_for: Callable[[str, int], KeyValueState] | None = None,
-                 on_bolt_error: str | None = None) -> None:
+                 on_bolt_error: str | None = None, acking: AckingPlan | None = None) -> None:
         self.topology = topology
         self.plan = plan
         self.stage = plan.stages[stage_index]
@@ -105,6 +110,16 @@ class StageExecutor:
         self.counters: Counter[str] = Counter()
         members = self.stage.bolts or [self.stage.head]
         self._routes = {c: self._routes_of(c) for c in members}
+        # Reliability (at-least-once): anchoring of this partition's tuples, and the acker
+        # messages it sends at the end of the batch (see kstorm/acking/).
+        self._acking = acking
+        self._spout_task: int | None = None
+        if acking is not None:
+            self._idgen = TupleIdGenerator.for_task(batch_id, partition, f"stage{stage_index}")
+            self._anchors = AnchorTracker(self._idgen)
+            self._outbox = AckerOutbox(acking.n_ackers)
+            if self.stage.raw_spout is not None:
+                self._spout_task = acking.spout_tasks.get(self.stage.raw_spout)
 
     # ---- routing -------------------------------------------------------------------
     def _routes_of(self, component: str) -> dict[str, list[_Route]]:
@@ -120,7 +135,8 @@ class StageExecutor:
                              if grouping.fields is not None else None)
                 routes.setdefault(stream, []).append(_Route(
                     consumer, grouping, where == self.stage.index,
-                    self.topology.components[consumer].parallelism, positions))
+                    self.topology.components[consumer].parallelism, positions,
+                    where == DRIVER))
         return routes
 
     def _emit(self, component: str, task: int, stream: str, values: list[Any],
@@ -145,6 +161,9 @@ class StageExecutor:
         if self._capture:
             packed = dumps(values)
             self._out.append(Outgoing(CAPTURE_DEST, 0, component, stream, packed, None))
+        if self._acking is not None:
+            self._emit_tracked(component, task, stream, values, fields, anchors, packed)
+            return
         meta = _meta_of(anchors)
         for route in self._routes[component].get(stream, ()):
             h = (stable_hash([values[i] for i in route.positions])
@@ -161,6 +180,77 @@ class StageExecutor:
                 self._out.extend(Outgoing(route.consumer, t, component, stream, packed, meta)
                                  for t in targets)
 
+    def _emit_tracked(self, component: str, task: int, stream: str, values: list[Any],
+                      fields: Fields, anchors: Sequence[Tuple], packed: bytes | None) -> None:
+        """``_emit`` with anchoring: each copy sent to a task is a new tuple of the trees."""
+        tracked = [a._ids for a in anchors if isinstance(a._ids, TrackedTuple)]
+        for route in self._routes[component].get(stream, ()):
+            h = (stable_hash([values[i] for i in route.positions])
+                 if route.positions is not None else None)
+            targets = task_for(route.grouping, route.parallelism, h,
+                               self.partition if route.fused else task)
+            if route.fused:
+                for t in targets:
+                    tup = Tuple(values, fields, component, stream, source_task=task)
+                    if tracked:
+                        tup._ids = self._anchors.receive(self._anchors.emit(tracked))
+                    self._deliver(route.consumer, t, tup)
+                continue
+            packed = packed if packed is not None else dumps(values)
+            for t in targets:
+                meta = None
+                if tracked and not route.to_driver:  # sinks commit with the batch: no edge
+                    ids = self._anchors.emit(tracked)
+                    if ids.is_anchored:
+                        meta = pickle.dumps(dict(ids.anchors_to_ids), protocol=5)
+                self._out.append(Outgoing(route.consumer, t, component, stream, packed, meta))
+
+    def _track_input(self, tup: Tuple) -> None:
+        """Give an arriving tuple its place in its trees (a spout tuple starts one)."""
+        if self._spout_task is not None:
+            attempt, now = tup._ids if tup._ids is not None else (0, None)
+            topic, part, offset = tup.message_id
+            root = root_id_for(self._spout_task, topic, part, offset, attempt)
+            tuple_id = self._idgen.next_id()
+            self._outbox.init(root, self._spout_task, tuple_id, (topic, part, offset, attempt),
+                              now)
+            tup._ids = self._anchors.receive(MessageId({root: tuple_id}))
+        elif isinstance(tup._ids, bytes):
+            tup._ids = self._anchors.receive(MessageId(pickle.loads(tup._ids)))
+        else:
+            tup._ids = None
+
+    def hold(self, component: str, tuples: Sequence[Tuple]) -> None:
+        """``tuples`` enter a windowed bolt's state, which commits with this batch.
+
+        At least once, their trees are acked now, as Storm's stateful windowing acks tuples
+        once the window state holding them is checkpointed: a replay would only duplicate
+        them in the window. What the window later emits starts new, untracked tuples.
+        """
+        if self._acking is None:
+            return
+        for tup in tuples:
+            self._track_input(tup)
+            if isinstance(tup._ids, TrackedTuple):
+                self._acked(component, tup)
+            tup._ids = None
+
+    def _acked(self, component: str, tup: Tuple) -> None:
+        self.counters[f"{component}.acked"] += 1
+        if isinstance(tup._ids, TrackedTuple):
+            self._outbox.extend(self._anchors.ack(tup._ids))
+
+    def _failed(self, component: str, tup: Tuple) -> None:
+        self.counters[f"{component}.failed"] += 1
+        if isinstance(tup._ids, TrackedTuple):
+            self._outbox.extend(self._anchors.fail(tup._ids))
+
+    def _acker_rows(self) -> list[Outgoing]:
+        """One row per acker task: this partition's acker messages, combined per root."""
+        return [Outgoing(ACKER_COMPONENT, acker, self.stage.head, "",
+                         pickle.dumps(payload, protocol=5), None)
+                for acker, payload in sorted(self._outbox.payloads().items())]
+
     # ---- execution -----------------------------------------------------------------
     def _task(self, component: str, task: int) -> _Task:
         key = (component, task)
@@ -173,11 +263,21 @@ class StageExecutor:
                                   self.batch_id, dict(spec.streams))
         windowed = bool(getattr(bolt, "is_windowed_bolt", False))
         collector_type = _windowed_collector() if windowed else OutputCollector
+        if self._acking is None:
+            def on_ack(t: Tuple) -> None:
+                self.counters.update([f"{component}.acked"])
+
+            def on_fail(t: Tuple) -> None:
+                self.counters.update([f"{component}.failed"])
+        else:
+            def on_ack(t: Tuple) -> None:
+                self._acked(component, t)
+
+            def on_fail(t: Tuple) -> None:
+                self._failed(component, t)
         collector = collector_type(
             lambda stream, values, anchors: self._emit(component, task, stream, values, anchors),
-            lambda t: self.counters.update([f"{component}.acked"]),
-            lambda t: self.counters.update([f"{component}.failed"]),
-        )
+            on_ack, on_fail)
         conf = {**self.conf, **spec.conf}
         basic = None
         if isinstance(bolt, BaseBasicBolt):
@@ -215,6 +315,9 @@ class StageExecutor:
             if self._on_bolt_error == "fail":
                 raise
             self._dead_letter(component, tup, exc)
+            if isinstance(tup._ids, TrackedTuple) and not tup._ids.settled:
+                # the dead-letter record now holds the tuple: nothing to replay
+                self._outbox.extend(self._anchors.ack(tup._ids))
 
     def execute_window(self, component: str, task: int, window: Any) -> None:
         """Run a windowed bolt's ``execute(window)``; its unanchored emits anchor to the window."""
@@ -264,9 +367,14 @@ class StageExecutor:
         """Execute the stage's head bolt on ``(task, tuple)`` pairs; yields what leaves."""
         head = self.stage.head
         source = self.stage.is_source
+        tracking = self._acking is not None
         for task, tup in tuples:
+            if tracking:
+                self._track_input(tup)
             if source:  # a spout's raw rows becoming envelope rows for sinks / joins
                 self._emit(head, task, "default", tup.values, (tup,))
+                if tracking and isinstance(tup._ids, TrackedTuple):
+                    self._outbox.extend(self._anchors.ack(tup._ids))
             else:
                 self._deliver(head, task, tup)
             if len(self._out) >= 4096:
@@ -287,6 +395,8 @@ class StageExecutor:
                 yield from self._drain()
         for t in self._tasks.values():
             t.bolt.cleanup()
+        if self._acking is not None:
+            self._out.extend(self._acker_rows())
         yield from self._drain()
 
     def _drain(self) -> Iterator[Outgoing]:

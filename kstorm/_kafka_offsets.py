@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kstorm._clocks import CLOCKS_KEY
+from kstorm._clocks import MARK_PREFIX
 from kstorm.errors import SourceError
 
 TopicPartition = tuple[str, int]
@@ -64,7 +64,7 @@ def from_json(data: Mapping[str, Any]) -> Offsets:
         return {
             (str(topic), int(partition)): int(offset)
             for topic, partitions in data.items()
-            if not topic.startswith(CLOCKS_KEY)
+            if not topic.startswith(MARK_PREFIX)
             for partition, offset in partitions.items()
         }
     except (AttributeError, TypeError, ValueError) as exc:

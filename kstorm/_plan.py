@@ -94,6 +94,55 @@ class Plan:
         return [s.index for s in self.stages if any(src == index for _, src in s.inputs)]
 
 
+@dataclass(frozen=True)
+class AckingPlan:
+    """Reliability of a topology run at-least-once (seed 001): what the executors need.
+
+    Attributes:
+        n_ackers: ``topology.acker.executors``; root ``r`` is tracked by acker ``r mod n``.
+        spout_tasks: tracked spout id -> its spout task (its index among the spouts).
+        report_acks: spout tasks whose spout overrides ``ack``: every completed tree is
+            reported to the driver one by one (otherwise first-attempt completions are
+            only counted).
+        timeout_ms: ``topology.message.timeout.secs`` in milliseconds.
+    """
+
+    n_ackers: int
+    spout_tasks: dict[str, int]
+    report_acks: frozenset[int] = frozenset()
+    timeout_ms: int = 30_000
+
+
+def acking_plan(topology: StormTopology, plan: Plan, *, n_ackers: int,
+                timeout_ms: int) -> AckingPlan | None:
+    """Which spouts are tracked (at-least-once), and how.
+
+    Tracked: Kafka spouts read by at least one bolt that is not a built-in windowed
+    aggregate (those run in the commit phase, where the batch itself covers them).
+
+    Returns None when no spout is tracked.
+    """
+    from kstorm.kafka_spout import KafkaSpout
+    from kstorm.spout import BaseRichSpout
+
+    tasks: dict[str, int] = {}
+    report: set[int] = set()
+    for index, spec in enumerate(topology.spouts()):
+        spout = spec.component
+        if not isinstance(spout, KafkaSpout):
+            continue
+        readers = [c for c, _ in topology.consumers(spec.id)
+                   if plan.stage_of[c] != DRIVER and not plan.stage(c).native_window]
+        if not readers:
+            continue
+        tasks[spec.id] = index
+        if type(spout).ack is not BaseRichSpout.ack:
+            report.add(index)
+    if not tasks:
+        return None
+    return AckingPlan(n_ackers, tasks, frozenset(report), timeout_ms)
+
+
 def compile_plan(topology: StormTopology) -> Plan:
     """Group the topology's components into stages (see the module docstring)."""
     stages: list[Stage] = []

@@ -17,6 +17,7 @@ class Progress:
         self._lock = threading.Lock()
         self.started = clock()
         self.counters: Counter[str] = Counter()
+        self.gauges: dict[str, int] = {}
         self.batches = 0
         self.last_batch_id: int | None = None
         self.last_offsets: dict[str, Any] = {}
@@ -27,6 +28,11 @@ class Progress:
         """Fold one stage task's counters (``component.metric`` -> n) in."""
         with self._lock:
             self.counters.update({k: v for k, v in counters.items() if k != "stage"})
+
+    def set_gauges(self, gauges: dict[str, int]) -> None:
+        """Set current values (``component.metric`` -> n), e.g. pending acker entries."""
+        with self._lock:
+            self.gauges.update(gauges)
 
     def batch_committed(self, batch_id: int, offsets: dict[str, Any], seconds: float) -> None:
         """Record that ``batch_id`` went through the commit phase."""
@@ -42,7 +48,7 @@ class Progress:
         """A plain-dict view: ``components`` maps id -> {emitted, executed, acked, ...}."""
         with self._lock:
             components: dict[str, dict[str, int]] = {}
-            for key, value in self.counters.items():
+            for key, value in [*self.counters.items(), *self.gauges.items()]:
                 component, _, metric = key.rpartition(".")
                 components.setdefault(component, {})[metric] = value
             return {

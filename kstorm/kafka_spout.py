@@ -28,6 +28,7 @@ from typing import Any, cast
 
 import pyarrow as pa
 
+from kstorm.acking.retry import RetryPolicy
 from kstorm.component import OutputFieldsDeclarer
 from kstorm.errors import ConfigError, MissingDependencyError
 from kstorm.spout import BaseRichSpout
@@ -95,6 +96,9 @@ class KafkaSpout(BaseRichSpout):
         poll_timeout: seconds one ``consume`` call waits for records.
         read_timeout: seconds a read task waits without progress before failing.
         metadata_refresh_secs: how often new partitions and topics are looked for.
+        retry: at-least-once (``topology.guarantee``): when to re-emit a record whose tuple
+            tree failed or timed out, and after how many retries it goes to the dead-letter
+            topic (default: storm-kafka-client's backoff, unlimited retries).
 
     Example:
         >>> KafkaSpout(pattern="events-.*", group_id="app", starting_offsets="group",
@@ -116,6 +120,7 @@ class KafkaSpout(BaseRichSpout):
     poll_timeout: float = 0.2
     read_timeout: float = 60.0
     metadata_refresh_secs: float = 10.0
+    retry: RetryPolicy | None = None
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__  # frozen: normalize once, here
@@ -147,6 +152,9 @@ class KafkaSpout(BaseRichSpout):
                 msg = f"KafkaSpout {name}: expected a positive number, got {value!r}"
                 raise ConfigError(msg)
         set_(self, "consumer_config", _check_consumer_config(self.consumer_config))
+        if self.retry is not None and not isinstance(self.retry, RetryPolicy):
+            msg = f"KafkaSpout retry: expected a kstorm.acking.RetryPolicy, got {self.retry!r}"
+            raise ConfigError(msg)
         self.output_fields()  # fail early on a field-name collision
 
     # -- declaration -------------------------------------------------------------------
@@ -204,6 +212,7 @@ class KafkaSpout(BaseRichSpout):
             serde = spec[name]
             spec[name] = None if serde is None else base64.b64encode(dumps(serde)).decode()
         spec["consumer_config"] = dict(self.consumer_config or {})
+        spec["retry"] = None if self.retry is None else dataclasses.asdict(self.retry)
         if isinstance(self.starting_offsets, Mapping):
             spec["starting_offsets"] = {
                 t: {str(p): o for p, o in parts.items()}
@@ -221,6 +230,8 @@ class KafkaSpout(BaseRichSpout):
         for name in ("value_serde", "key_serde"):
             if spec[name] is not None:
                 spec[name] = pickle.loads(base64.b64decode(spec[name]))
+        if spec.get("retry") is not None:
+            spec["retry"] = RetryPolicy(**spec["retry"])
         return cls(**spec)
 
     # -- validation helpers ------------------------------------------------------------

@@ -6,7 +6,10 @@ For batch ``batch_id`` (Storm's txid):
 2. Read the batch's source end offsets from the checkpoint's offset log (written by Spark
    before the batch ran, so a replay carries the same offsets).
 3. Fold the stages' metrics into the topology's progress.
-4. Write dead letters (undecodable records, tuples whose bolt raised) with their reasons.
+   3b. At least once: the ackers' events -> the spouts' ack/fail, retries, time-outs and
+   dead letters (``kstorm/_reliability.py``).
+4. Write dead letters (undecodable records, tuples whose bolt raised, spout tuples out of
+   retries) with their reasons.
 5. Fold the batch's partials into each windowed aggregate; the windows the watermark
    passed become tuples for the aggregate's sinks.
 6. Commit each sink, in topology order, with its tuples, the batch id and the offsets.
@@ -14,6 +17,8 @@ For batch ``batch_id`` (Storm's txid):
    Stateful sinks also store the snapshots windowed bolt tasks sent (message id field).
 7. Persist each windowed aggregate's state under the batch id (a replay of this batch
    reloads the state of the batch before, so it closes the same windows).
+   7b. At least once: persist the spouts' trackers under the batch id and write the books
+   their sources plan the next batch with (retries, committable group offsets).
 8. Record captured emissions (testing).
 
 Spark writes the batch to its commit log only after this function returns; a crash before
@@ -38,6 +43,8 @@ from kstorm._deadletter import DeadLetterWriter, as_record
 from kstorm._executor import CAPTURE_DEST
 from kstorm._ids import DEAD_LETTER_STREAM
 from kstorm._progress import Progress
+from kstorm._reliability import SpoutReliability, batch_marks
+from kstorm._spark.acker import ACKER_EVENTS
 from kstorm._spark.stage import METRICS_DEST
 from kstorm._spark.windowed import window_dest
 from kstorm._spark.windowed_bolt import STATE_DEST, state_key
@@ -69,8 +76,8 @@ class CommitPhase:
 
     def __init__(self, topology: StormTopology, name: str, checkpoint: Path,
                  sinks: dict[str, BaseSink], conf: dict[str, Any], progress: Progress,
-                 dead_letters: DeadLetterWriter, windows: dict[str, Any] | None = None
-                 ) -> None:
+                 dead_letters: DeadLetterWriter, windows: dict[str, Any] | None = None,
+                 reliability: SpoutReliability | None = None) -> None:
         self.topology = topology
         self.name = name
         self.checkpoint = checkpoint
@@ -79,6 +86,7 @@ class CommitPhase:
         self.progress = progress
         self.dead_letters = dead_letters
         self.windows = windows or {}
+        self.reliability = reliability
         self.captured: list[tuple[str, str, list[Any]]] = []
         self._spouts = [s.id for s in topology.spouts()]
 
@@ -92,10 +100,22 @@ class CommitPhase:
         # Step 3: metrics.
         for payload in by_dest.pop(METRICS_DEST, _EMPTY).column("__vals").to_pylist():
             self.progress.add_counters(pickle.loads(payload))
+        # Step 3b: at least once, the spout side of the trees that ended or timed out.
+        reliable = None
+        if self.reliability is not None:
+            events = by_dest.pop(ACKER_EVENTS, _EMPTY)
+            ends, batch_ms = batch_marks(self.checkpoint, batch_id, self._spouts)
+            reliable = self.reliability.commit(
+                batch_id, ends, batch_ms,
+                list(zip(events.column("__task").to_pylist(),
+                         events.column("__vals").to_pylist(), strict=True)))
+            self.progress.add_counters(reliable.counters)
+            self.progress.set_gauges(reliable.gauges)
         # Step 4: dead letters.
         dead = by_dest.pop(DEAD_LETTER_STREAM, _EMPTY)
         self.dead_letters.write(batch_id, [as_record(pickle.loads(v))
-                                           for v in dead.column("__vals").to_pylist()])
+                                           for v in dead.column("__vals").to_pylist()]
+                                + (reliable.dead_letters if reliable is not None else []))
         # Step 5: windowed aggregates fold the batch in and emit the windows that closed.
         extra: dict[str, list[Tuple]] = defaultdict(list)
         persist = []
@@ -121,6 +141,9 @@ class CommitPhase:
         # Step 7: the windows' state after this batch (a replay restarts from the previous).
         for windows, state in persist:
             windows.persist(batch_id, state)
+        # Step 7b: the spouts' trackers and books after this batch.
+        if self.reliability is not None and reliable is not None:
+            self.reliability.persist(batch_id, reliable)
         # Step 8: captured emissions (testing).
         for src, stream, vals in zip(captured.column("__src").to_pylist(),
                                      captured.column("__stream").to_pylist(),

@@ -11,7 +11,9 @@ Per stage (see ``kstorm/_plan.py`` for how bolts are grouped into stages):
 3. Its operator: ``mapInArrow`` (stateless) or ``groupBy("__task")
    .transformWithStateInPandas`` (stateful or windowed head bolt).
 
-The union of the leaf stages is what the commit phase (``foreachBatch``) receives.
+The union of the leaf stages is what the commit phase (``foreachBatch``) receives; at
+least once, it first goes through the acker tasks (``kstorm/_spark/acker.py``), which turn
+the stages' ``__acker`` rows into events for the spouts.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 
-from kstorm._plan import DRIVER, PartitionKind, Plan, Stage
+from kstorm._plan import DRIVER, AckingPlan, PartitionKind, Plan, Stage
 from kstorm._spark.envelope import ENVELOPE_DDL
 from kstorm._spark.sources import read_spout
 from kstorm._spark.stage import StageContext, StageRunner, stateful_processor
@@ -44,11 +46,14 @@ class CompiledQuery:
 
 def compile_query(spark: SparkSession, topology: StormTopology, plan: Plan, name: str,
                   conf: dict[str, Any], settings: Any, state_dir: Path,
-                  window_seeds: dict[str, bytes] | None = None) -> CompiledQuery:
+                  window_seeds: dict[str, bytes] | None = None,
+                  acking: AckingPlan | None = None) -> CompiledQuery:
     """Build the streaming DataFrames of ``plan``.
 
     ``state_dir`` holds kstorm's driver state; ``window_seeds`` are the windowed bolt
-    snapshots a sink stored, used after a lost checkpoint.
+    snapshots a sink stored, used after a lost checkpoint. ``acking`` (at-least-once): the
+    tracked spouts; their sources read the commit phase's books under
+    ``state_dir / "acking"`` and the ackers run at the end of the plan.
     """
     raw: dict[int, DataFrame] = {}
     env: dict[int, DataFrame] = {}
@@ -69,13 +74,14 @@ def compile_query(spark: SparkSession, topology: StormTopology, plan: Plan, name
                     fused=WindowStageRunner(ctx, spec))
                 continue
             raw[stage.index] = read_spout(spark, topology.components[stage.head], settings,
-                                          pmax_file)
+                                          pmax_file, acking=_source_acking(
+                                              stage.head, acking, settings, state_dir))
             if readers[stage.index] or _feeds_sink(stage, topology, plan):
-                ctx = _context(topology, plan, stage, name, conf, carrier=True)
+                ctx = _context(topology, plan, stage, name, conf, carrier=True, acking=acking)
                 env[stage.index] = raw[stage.index].mapInArrow(StageRunner(ctx), ENVELOPE_DDL)
             continue
         carrier = _is_raw_carrier(stage, plan, readers, topology)
-        ctx = _context(topology, plan, stage, name, conf, carrier=carrier)
+        ctx = _context(topology, plan, stage, name, conf, carrier=carrier, acking=acking)
         if stage.native_window and stage.index in env:
             continue  # fused into its spout's read
         if stage.native_window:
@@ -112,13 +118,31 @@ def compile_query(spark: SparkSession, topology: StormTopology, plan: Plan, name
     output = leaves[0]
     for frame in leaves[1:]:
         output = output.unionByName(frame)
+    if acking is not None:
+        from kstorm._spark.acker import add_ackers
+
+        output = add_ackers(output, acking)
     return CompiledQuery(output, env)
 
 
+def book_path(state_dir: Path, spout: str) -> Path:
+    """Where the commit phase writes the :class:`SpoutBook` of tracked spout ``spout``."""
+    return state_dir / "acking" / f"{spout}.book.json"
+
+
+def _source_acking(spout: str, acking: AckingPlan | None, settings: Any,
+                   state_dir: Path) -> dict[str, Any] | None:
+    if acking is None or spout not in acking.spout_tasks:
+        return None
+    return {"book": str(book_path(state_dir, spout)), "max_pending": settings.max_spout_pending}
+
+
 def _context(topology: StormTopology, plan: Plan, stage: Stage, name: str,
-             conf: dict[str, Any], *, carrier: bool) -> StageContext:
+             conf: dict[str, Any], *, carrier: bool,
+             acking: AckingPlan | None = None) -> StageContext:
     policy = str(conf.get("kstorm.bolt.error.policy", "dead-letter"))
-    return StageContext(topology, plan, stage.index, name, conf, carrier, policy)
+    return StageContext(topology, plan, stage.index, name, conf, carrier, policy,
+                        acking=acking)
 
 
 def _fusable(source: Stage, window: Stage, topology: StormTopology) -> bool:

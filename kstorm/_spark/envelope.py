@@ -9,6 +9,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kstorm._executor import Outgoing
+from kstorm.acking.replay import ATTEMPT_COLUMN, NOW_COLUMN
 from kstorm.errors import SerdeError
 from kstorm.topology import StormTopology
 from kstorm.tuple import Tuple
@@ -65,6 +66,8 @@ def raw_tuples(batch: pa.RecordBatch, spout: str, topology: StormTopology, tasks
     ids = ([batch.column(c).to_pylist() for c in KAFKA_ID_COLUMNS]
            if all(c in names for c in KAFKA_ID_COLUMNS) else None)
     msg_ids = (batch.column("__msgid").to_pylist() if "__msgid" in names else None)
+    attempts = (batch.column(ATTEMPT_COLUMN).to_pylist() if ATTEMPT_COLUMN in names else None)
+    nows = batch.column(NOW_COLUMN).to_pylist() if attempts is not None else None
     for i, values in enumerate(zip(*columns, strict=True)):
         if errors is not None and errors[i] is not None:
             continue
@@ -72,7 +75,10 @@ def raw_tuples(batch: pa.RecordBatch, spout: str, topology: StormTopology, tasks
             message_id = (ids[0][i], ids[1][i], ids[2][i])
         else:
             message_id = msg_ids[i] if msg_ids is not None else None
-        yield tasks[i], Tuple(values, fields, spout, "default", message_id)
+        tup = Tuple(values, fields, spout, "default", message_id)
+        if attempts is not None:  # a tracked spout: which attempt, planned when
+            tup._ids = (attempts[i], nows[i])  # type: ignore[index]
+        yield tasks[i], tup
 
 
 def bad_input(batch: pa.RecordBatch, spout: str, policy: str) -> tuple[list[list], int]:

@@ -18,9 +18,11 @@ Example:
 from __future__ import annotations
 
 import base64
+import json
 import logging
 import pickle
 import time
+from collections import defaultdict
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, cast
 
@@ -50,6 +52,8 @@ from kstorm._kafka_offsets import (
     split_ranges,
     to_json,
 )
+from kstorm.acking.replay import ATTEMPT_COLUMN, NOW_COLUMN, SpoutBook, read_marks
+from kstorm.acking.replay import marks as acking_marks
 from kstorm.errors import ConfigError
 from kstorm.kafka_spout import EARLIEST, LATEST, KafkaSpout
 
@@ -59,6 +63,8 @@ log = logging.getLogger("kstorm.kafka")
 CLOCKS_OPTION = "kstorm.clocks_file"
 FUSED_OPTION = "kstorm.fused_stage"  # a stage run inside read(): rows never reach the JVM
 CLOCK_COLUMN = "__pmax0"
+ACKING_OPTION = "kstorm.acking"  # tracked spout (at-least-once): {"book": path, "max_pending"}
+MAX_IDLE_WAIT_S = 1.0  # available-now: re-check un-acked tuples at least this often
 
 
 def spark_schema(spout: KafkaSpout) -> StructType:
@@ -73,8 +79,21 @@ class KafkaInputPartition(InputPartition):
     batch's offsets when a windowed aggregate reads this spout (None otherwise or unknown).
     """
 
-    def __init__(self, task: OffsetRange, clock: int | None = None) -> None:
-        super().__init__((task, clock))
+    def __init__(self, task: OffsetRange, clock: int | None = None,
+                 now: int | None = None) -> None:
+        super().__init__((task, clock, now))
+
+
+class KafkaRetryPartition(InputPartition):
+    """One read task re-emitting failed records of one topic-partition (at-least-once).
+
+    ``retries`` are ``(offset, attempt)`` pairs taken from the batch's end offsets, so a
+    replay of the batch re-reads exactly the same records with the same attempts.
+    """
+
+    def __init__(self, topic: str, partition: int, retries: list[tuple[int, int]],
+                 now: int | None) -> None:
+        super().__init__((topic, partition, sorted(retries), now))
 
 
 class KafkaDataSource(DataSource):
@@ -93,14 +112,16 @@ class KafkaDataSource(DataSource):
         """A stream reader for the spout in the options."""
         return KafkaStreamReader(KafkaSpout.from_options(self.options), schema,
                                  self.options.get(CLOCKS_OPTION),
-                                 self.options.get(FUSED_OPTION))
+                                 self.options.get(FUSED_OPTION),
+                                 self.options.get(ACKING_OPTION))
 
 
 class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Plans batches of Kafka offsets and reads them (see the module docstring)."""
 
     def __init__(self, spout: KafkaSpout, schema: StructType,
-                 clocks_file: str | None = None, fused: str | None = None) -> None:
+                 clocks_file: str | None = None, fused: str | None = None,
+                 acking: str | None = None) -> None:
         if spout.bootstrap_servers is None:
             msg = "kafka spout: bootstrap_servers is not set; use KafkaSpout.with_bootstrap()"
             raise ConfigError(msg)
@@ -110,6 +131,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # partials): run in the read task, so only its small output crosses into the JVM.
         self.fused = pickle.loads(base64.b64decode(fused)) if fused else None
         self.bootstrap: str = spout.bootstrap_servers
+        # At-least-once: the commit phase's SpoutBook (un-acked tuples, retries) for this spout.
+        self.acking: dict[str, Any] | None = json.loads(acking) if acking else None
         self.arrow_schema = to_arrow_schema(schema, timezone="UTC")
         # Driver-only bookkeeping (plain values; the reader is pickled to executors).
         self._known: list[TopicPartition] = []
@@ -164,7 +187,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         batch only comes when the *next* batch is planned, which never happens for the last
         batch of an available-now run).
         """
-        self._commit_group(start)
+        book = self._book()
+        self._commit_group(start if self.acking is None else None, book)
         begin = from_json(start)
         partitions = sorted(set(begin) | set(self._discover()))
         marks = self._watermarks(partitions)
@@ -180,11 +204,29 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if cap is not None and ramp is not None and not self._planned:
             cap = min(cap, ramp)  # ramp-up: the first batch after a start is small
         self._latest = latest
-        end = plan_end(begin, latest, earliest, cap, self._target)
-        if end == begin:
-            return start
+        if book is None:
+            end = plan_end(begin, latest, earliest, cap, self._target)
+            if end == begin:
+                return start
+            self._planned = True
+            return {**to_json(end), **stream_clocks(self.clocks_file)}
+        # At-least-once: max.spout.pending limits new offsets; due retries and timeouts make
+        # a batch even without new records (available-now waits for them: nothing may be
+        # left un-acked when the run ends).
+        while True:
+            now = int(time.time() * 1000)
+            plan = book.plan(now, self.acking.get("max_pending") if self.acking else None)
+            limit_new = cap if plan.new_cap is None else min(cap or plan.new_cap, plan.new_cap)
+            end = plan_end(begin, latest, earliest, limit_new, self._target)
+            if end != begin or plan.has_work:
+                break
+            wait = book.wait_ms(now)
+            if self._target is None or wait is None:
+                return start
+            time.sleep(min(wait / 1000, MAX_IDLE_WAIT_S) + 0.001)
         self._planned = True
-        return {**to_json(end), **stream_clocks(self.clocks_file)}
+        tracked = acking_marks(now, plan.retries)
+        return {**to_json(end), **stream_clocks(self.clocks_file), **tracked}
 
     def prepareForTriggerAvailableNow(self) -> None:
         """Fix the target: the batches of an available-now run stop at today's ends."""
@@ -202,30 +244,71 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                    "windowed aggregate (lateness is decided in offset order)")
             raise ConfigError(msg)
         ranges = split_ranges(from_json(start), from_json(end), self.spout.max_offsets_per_task)
-        return [KafkaInputPartition(task, clocks.get(f"{task.topic}/{task.partition}"))
-                for task in ranges]
+        now, retries = read_marks(end)
+        parts: list[InputPartition] = [
+            KafkaInputPartition(task, clocks.get(f"{task.topic}/{task.partition}"), now)
+            for task in ranges]
+        by_partition: dict[tuple[str, int], list[tuple[int, int]]] = defaultdict(list)
+        for topic, partition, offset, attempt in retries:
+            by_partition[(topic, partition)].append((offset, attempt))
+        parts += [KafkaRetryPartition(t, p, found, now)
+                  for (t, p), found in sorted(by_partition.items())]
+        return parts
 
     def commit(self, end: dict) -> None:
         """Record progress in the consumer group (if any) without joining it; never fails."""
-        self._commit_group(end)
+        if self.acking is None:
+            self._commit_group(end)
+        else:
+            self._commit_group(None, self._book())
 
     # -- executors -------------------------------------------------------------------------
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """The records of one range as Arrow batches with the query's schema."""
-        task, clock = partition.value
-        if self.fused is not None:
-            yield from self.fused(self._with_clock(read_range(self.spout, task), clock))
+        if isinstance(partition, KafkaRetryPartition):
+            yield from self._read_retries(*partition.value)
             return
-        for batch in self._with_clock(read_range(self.spout, task), clock):
+        task, clock, now = partition.value
+        if self.fused is not None:
+            yield from self.fused(self._with_clock(read_range(self.spout, task), clock, now))
+            return
+        for batch in self._with_clock(read_range(self.spout, task), clock, now):
             yield batch if batch.schema.equals(self.arrow_schema) else batch.cast(self.arrow_schema)
 
-    def _with_clock(self, batches: Iterator[pa.RecordBatch], clock: int | None
+    def _read_retries(self, topic: str, partition: int, retries: list[tuple[int, int]],
+                      now: int | None) -> Iterator[pa.RecordBatch]:
+        """The records to re-emit, read in runs of consecutive offsets."""
+        attempts = dict(retries)
+        offsets = sorted(attempts)
+        runs: list[list[int]] = []
+        for offset in offsets:
+            if runs and runs[-1][1] == offset:
+                runs[-1][1] = offset + 1
+            else:
+                runs.append([offset, offset + 1])
+        for lo, hi in runs:
+            task = OffsetRange(topic, partition, lo, hi)
+            for batch in self._with_clock(read_range(self.spout, task), None, now, attempts):
+                yield (batch if batch.schema.equals(self.arrow_schema)
+                       else batch.cast(self.arrow_schema))
+
+    def _with_clock(self, batches: Iterator[pa.RecordBatch], clock: int | None,
+                    now: int | None = None, attempts: dict[int, int] | None = None
                     ) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             if self.clocks_file is not None:
                 batch = batch.append_column(CLOCK_COLUMN, pa.array([clock] * batch.num_rows,
                                                                    pa.int64()))
+            if self.acking is not None:
+                n = batch.num_rows
+                if attempts is None:
+                    attempt = pa.repeat(pa.scalar(0, pa.int32()), n)
+                else:
+                    offsets = batch.column("offset").to_pylist()
+                    attempt = pa.array([attempts.get(o, 0) for o in offsets], pa.int32())
+                batch = batch.append_column(ATTEMPT_COLUMN, attempt)
+                batch = batch.append_column(NOW_COLUMN, pa.repeat(pa.scalar(now, pa.int64()), n))
             yield batch
 
     # -- helpers ---------------------------------------------------------------------------
@@ -233,7 +316,15 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _consumer(self) -> Consumer:
         return _kafka.driver_consumer(self.bootstrap, self.spout.consumer_config)
 
-    def _commit_group(self, offsets: dict) -> None:
+    def _commit_group(self, offsets: dict | None, book: SpoutBook | None = None) -> None:
+        """Tell the group ``offsets``, or (at-least-once) the book's committable offsets.
+
+        The committable offset of a partition never passes an un-acked record.
+        """
+        if offsets is None:
+            if book is None:
+                return
+            offsets = to_json(book.committable)
         if self.spout.group_id is None or offsets == self._committed:
             return
         group = _kafka.driver_consumer(
@@ -241,6 +332,16 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         )
         if _kafka.commit_offsets(group, from_json(offsets)):
             self._committed = offsets
+
+    def _book(self) -> SpoutBook | None:
+        """The commit phase's latest book for this spout (tracked spouts only)."""
+        if self.acking is None:
+            return None
+        try:
+            with open(self.acking["book"]) as f:
+                return SpoutBook.from_json(f.read())
+        except FileNotFoundError:
+            return SpoutBook(-1)
 
     def _discover(self, force: bool = False) -> list[TopicPartition]:
         now = time.monotonic()
@@ -274,7 +375,8 @@ def register(spark: SparkSession) -> None:
 
 def read_stream(spark: SparkSession, spout: KafkaSpout,
                 clocks_file: str | None = None, fused: Any = None,
-                fused_schema: str | None = None) -> DataFrame:
+                fused_schema: str | None = None,
+                acking: dict[str, Any] | None = None) -> DataFrame:
     """A streaming DataFrame of ``spout``'s records (columns: ``spout.arrow_schema()``).
 
     With ``clocks_file`` (written by a windowed aggregate's commit phase), each batch's
@@ -287,6 +389,9 @@ def read_stream(spark: SparkSession, spout: KafkaSpout,
     if clocks_file is not None:
         schema = schema.add(CLOCK_COLUMN, "long")
         options[CLOCKS_OPTION] = clocks_file
+    if acking is not None:  # at-least-once: which attempt each row is, and the batch's time
+        schema = schema.add(ATTEMPT_COLUMN, "integer").add(NOW_COLUMN, "long")
+        options[ACKING_OPTION] = json.dumps(acking)
     if fused is not None:
         options[FUSED_OPTION] = base64.b64encode(cloudpickle.dumps(fused)).decode()
         return spark.readStream.format(FORMAT).schema(fused_schema).options(**options).load()

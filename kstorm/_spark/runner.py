@@ -10,14 +10,15 @@ from typing import Any
 
 from kstorm import _reconcile as reconcile
 from kstorm._deadletter import DeadLetterWriter
-from kstorm._plan import compile_plan
+from kstorm._plan import acking_plan, compile_plan
 from kstorm._progress import Progress
+from kstorm._reliability import SpoutReliability
 from kstorm._spark.commit import CommitPhase
 from kstorm._spark.compiler import compile_query
 from kstorm._spark.session import get_session
 from kstorm._spark.windowed import WindowCommit
 from kstorm.component import TopologyContext
-from kstorm.config import TopologyConfig, TriggerMode
+from kstorm.config import Guarantee, TopologyConfig, TriggerMode
 from kstorm.runtime import TopologyHandle
 from kstorm.topology import StormTopology
 
@@ -43,8 +44,12 @@ def start(name: str, conf: dict[str, Any], topology: StormTopology) -> TopologyH
         topology = _start_spouts_at(topology, resume.offsets)
     spark = get_session(settings)
     state_dir = checkpoint / "kstorm"
+    acking = None
+    if settings.guarantee is Guarantee.AT_LEAST_ONCE and settings.ackers_enabled:
+        acking = acking_plan(topology, plan, n_ackers=settings.acker_executors or 1,
+                             timeout_ms=settings.message_timeout_secs * 1000)
     compiled = compile_query(spark, topology, plan, name, conf, settings, state_dir,
-                             window_seeds=dict(resume.state))
+                             window_seeds=dict(resume.state), acking=acking)
     dlq_topic = settings.dead_letter_topic or f"{name}.dead-letters"
     windows = {s.head: WindowCommit(s.head, topology.components[s.head].component.spec(),
                                     state_dir)
@@ -53,8 +58,11 @@ def start(name: str, conf: dict[str, Any], topology: StormTopology) -> TopologyH
         snapshot = resume.state.get(f"window:{component}")
         if snapshot is not None:
             window.seed(snapshot)
+    reliability = (SpoutReliability(topology, acking, state_dir, conf, settings.bootstrap_servers)
+                   if acking is not None else None)
     commit = CommitPhase(topology, name, checkpoint, sinks, conf, Progress(),
-                         DeadLetterWriter(name, settings.bootstrap_servers, dlq_topic), windows)
+                         DeadLetterWriter(name, settings.bootstrap_servers, dlq_topic), windows,
+                         reliability)
     writer = (compiled.output.writeStream.foreachBatch(commit)
               .option("checkpointLocation", str(checkpoint)).queryName(name))
     if settings.trigger is TriggerMode.AVAILABLE_NOW:

@@ -11,8 +11,13 @@ from kstorm.topology import ComponentSpec
 
 
 def read_spout(spark: SparkSession, spec: ComponentSpec, settings: Any,
-               pmax_file: str | None = None, fused: Any = None) -> DataFrame:
-    """The raw rows of spout ``spec`` (its output fields, plus ids and error columns)."""
+               pmax_file: str | None = None, fused: Any = None,
+               acking: dict[str, Any] | None = None) -> DataFrame:
+    """The raw rows of spout ``spec`` (its output fields, plus ids and error columns).
+
+    ``acking``: the spout is tracked (at-least-once; Kafka spouts only): its book's path
+    and ``topology.max.spout.pending``.
+    """
     from kstorm.kafka_spout import KafkaSpout
     from kstorm.testing import ListSpout
 
@@ -31,7 +36,7 @@ def read_spout(spark: SparkSession, spec: ComponentSpec, settings: Any,
             spout = spout.with_bootstrap(settings.bootstrap_servers)
         from kstorm._spark.envelope import ENVELOPE_DDL
 
-        return read_stream(spark, spout, pmax_file, fused, ENVELOPE_DDL)
+        return read_stream(spark, spout, pmax_file, fused, ENVELOPE_DDL, acking)
     if isinstance(spout, ListSpout):
         from kstorm._spark.list_source import read_list_spout
 

@@ -17,7 +17,7 @@ from typing import Any
 import pyarrow as pa
 
 from kstorm._executor import Outgoing, StageExecutor
-from kstorm._plan import Plan
+from kstorm._plan import AckingPlan, Plan
 from kstorm._spark.envelope import (
     bad_input,
     envelope_tuples,
@@ -44,6 +44,7 @@ class StageContext:
     input_columns: list[str] | None = None  # names of the stage's input (TWS loses them)
     input_schema: Any = None  # Arrow schema of the input (TWS hands over pandas: nullable
     #                           ints arrive as floats); used by windowed bolt stages
+    acking: AckingPlan | None = None  # at-least-once: anchoring and acker messages
 
 
 def _policy(ctx: StageContext) -> str:
@@ -116,7 +117,7 @@ class StageRunner:
         executor = StageExecutor(ctx.topology, ctx.plan, ctx.stage_index,
                                  topology_name=ctx.topology_name, conf=ctx.conf,
                                  batch_id=_batch_id(), partition=partition,
-                                 on_bolt_error=ctx.on_bolt_error)
+                                 on_bolt_error=ctx.on_bolt_error, acking=ctx.acking)
 
         def tasks(batch: pa.RecordBatch) -> list[int]:
             if "__task" in batch.schema.names:
@@ -198,7 +199,8 @@ def stateful_processor(ctx: StageContext) -> Any:
             executor = StageExecutor(ctx.topology, ctx.plan, ctx.stage_index,
                                      topology_name=ctx.topology_name, conf=ctx.conf,
                                      batch_id=_batch_id(), partition=task,
-                                     state_for=state_for, on_bolt_error=ctx.on_bolt_error)
+                                     state_for=state_for, on_bolt_error=ctx.on_bolt_error,
+                                     acking=ctx.acking)
             batches = (typed_rows(pdf, ctx) for pdf in rows)
             for out in _run(ctx, executor, batches, lambda b: [task] * b.num_rows):
                 yield out.to_pandas()

@@ -147,7 +147,8 @@ def windowed_processor(ctx: StageContext, spec: WindowedStageSpec) -> Any:
             executor = StageExecutor(ctx.topology, ctx.plan, ctx.stage_index,
                                      topology_name=ctx.topology_name, conf=ctx.conf,
                                      batch_id=_batch_id(), partition=task,
-                                     state_for=state_for, on_bolt_error=ctx.on_bolt_error)
+                                     state_for=state_for, on_bolt_error=ctx.on_bolt_error,
+                                     acking=ctx.acking)
             windowed = self._load(task)
             tuples: list[Tuple] = []
             stage = ctx.plan.stages[ctx.stage_index]
@@ -172,6 +173,7 @@ def windowed_processor(ctx: StageContext, spec: WindowedStageSpec) -> Any:
                         yield _pandas(others.drop_columns([NOW_COLUMN]))
                     tuples.extend(t for _, t in envelope_tuples(mine, ctx.topology))
             executor.counters[f"{spec.component}.executed"] += len(tuples)
+            executor.hold(spec.component, tuples)
             out = _Output(executor, spec.component, task, spec.config.late_tuple_stream)
             windowed.process(tuples, now, out)
             for chunk in _packed(executor.finish()):

@@ -94,6 +94,23 @@ def seed_for(batch_id: int, partition: int, task: int | str) -> int:
     return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big")
 
 
+def root_id_for(spout_task: int, topic: str, partition: int, offset: int, attempt: int) -> int:
+    """Root id of one attempt of a Kafka spout tuple (the same on every replay of its batch).
+
+    Each attempt (0 for the first emit, n for the n-th retry) is a new tuple tree, so a
+    late ack from an earlier attempt can never complete a later one.
+
+    Example:
+        >>> first = root_id_for(0, "t", 1, 7, 0)
+        >>> first == root_id_for(0, "t", 1, 7, 0) != root_id_for(0, "t", 1, 7, 1)
+        True
+    """
+    key = f"{spout_task}\x1f{topic}\x1f{partition}\x1f{offset}\x1f{attempt}".encode()
+    raw = int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big")
+    value = raw - _WORD if raw & _SIGN_BIT else raw
+    return value or 1
+
+
 def acker_for(root_id: int, n_ackers: int) -> int:
     """Index of the acker task that tracks ``root_id`` (Storm's mod hashing).
 

@@ -105,6 +105,14 @@ class OffsetTracker:
         part = self._partitions.get(tp)
         return None if part is None else part.lowest()
 
+    def lowest_outstanding(self) -> dict[TopicPartition, int]:
+        """Per partition with un-acked offsets: the lowest of them."""
+        out = {}
+        for tp, part in self._partitions.items():
+            if part.outstanding:
+                out[tp] = part.lowest()
+        return out
+
     def committable_offsets(self) -> dict[TopicPartition, int]:
         """Committable offset of every partition seen."""
         return {tp: part.lowest() for tp, part in self._partitions.items()}

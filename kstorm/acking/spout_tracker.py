@@ -195,6 +195,24 @@ class SpoutTracker:
         while self._waiting and self._waiting_ids.get(self._waiting[0][2]) != self._waiting[0][1]:
             heapq.heappop(self._waiting)
 
+    def is_in_flight(self, msg_id: Hashable) -> bool:
+        """Whether ``msg_id`` is pending (emitted, its tree not ended)."""
+        return msg_id in self._in_flight
+
+    def is_pending_root(self, root_id: int) -> bool:
+        """Whether the tree ``root_id`` is pending."""
+        return root_id in self._pending
+
+    def next_timeout_at(self) -> int | None:
+        """When the oldest pending tuple times out (None: nothing pending)."""
+        for _, emitted_at in self._pending.values():
+            return emitted_at + self.timeout_ms
+        return None
+
+    def waiting(self) -> list[tuple[int, Hashable]]:
+        """``(due, msg_id)`` of the failed messages waiting for their retry, earliest first."""
+        return self.snapshot()["waiting"]
+
     def num_fails(self, msg_id: Hashable) -> int:
         """Failures of ``msg_id`` so far (0 once it is acked or dead-lettered)."""
         return self._num_fails.get(msg_id, 0)

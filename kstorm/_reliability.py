@@ -1,0 +1,281 @@
+"""The spout side of at-least-once, run by the driver in each batch's commit phase.
+
+kstorm's spouts are read by Spark (their batches are fixed in the offset log), so the
+*spout task* of Storm's reliability protocol is the driver: it keeps, per tracked spout, a
+:class:`SpoutTracker` of the trees still pending after their batch and of the failed
+records waiting for a retry. For batch ``b``:
+
+1. Load the trackers as they were after the batch before ``b`` (a replay of ``b`` starts
+   from the same state), and read ``b``'s marks from its end offsets: the time it was
+   planned at and the retries it re-emits.
+2. Register what started in ``b`` and is not over: the retries, the trees the ackers report
+   pending, the failed trees of new records (in offset order per partition).
+3. Apply the ackers' events: ``ACKED`` -> ``ack(msg_id)``; ``FAILED`` -> ``fail(msg_id)``
+   and a retry after the spout's backoff, or, after its last retry, a dead letter whose
+   headers name the record's topic, partition and offset.
+4. Time out the trees pending ``topology.message.timeout.secs`` (-> ``fail`` as in 3).
+5. After the sinks committed: persist the trackers under the batch id, and write each
+   spout's :class:`SpoutBook` (committable offsets = lowest un-acked offset per partition,
+   waiting retries, next timeout) for its source to plan the next batch with.
+
+Times are the batch's planned time, recorded in the offset log, so every decision is the
+same when a batch is replayed.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import os
+import pickle
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kstorm._clocks import without_clocks
+from kstorm._plan import AckingPlan
+from kstorm.acking.decisions import SpoutAction, SpoutDecision
+from kstorm.acking.ids import root_id_for
+from kstorm.acking.messages import Outcome
+from kstorm.acking.offsets import KafkaMessageId
+from kstorm.acking.replay import SpoutBook, committable_offsets, read_marks
+from kstorm.acking.retry import RetryPolicy
+from kstorm.acking.spout_tracker import SpoutTracker
+from kstorm.spout import BaseRichSpout
+from kstorm.topology import StormTopology
+
+log = logging.getLogger("kstorm.acking")
+KEEP_STATES = 10  # batches of tracker state kept (a replay needs only the one before)
+
+
+@dataclass
+class BatchOutcome:
+    """What the reliability step of one batch produced."""
+
+    dead_letters: list[dict[str, Any]] = field(default_factory=list)
+    counters: Counter[str] = field(default_factory=Counter)
+    gauges: dict[str, int] = field(default_factory=dict)
+    trackers: dict[str, SpoutTracker] = field(default_factory=dict)
+    ends: dict[str, dict[tuple[str, int], int]] = field(default_factory=dict)
+
+
+class SpoutReliability:
+    """Driver half of at-least-once for a topology's tracked spouts."""
+
+    def __init__(self, topology: StormTopology, acking: AckingPlan, state_dir: Path,
+                 conf: dict[str, Any], bootstrap: str | None) -> None:
+        self.acking = acking
+        self.dir = state_dir / "acking"
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.bootstrap = bootstrap
+        self._acker_entries: dict[int, int] = {}
+        self.spouts: dict[str, Any] = {}
+        self.retry: dict[str, RetryPolicy] = {}
+        for spout_id in acking.spout_tasks:
+            declared = topology.components[spout_id].component
+            self.retry[spout_id] = declared.retry or RetryPolicy()
+            self.spouts[spout_id] = copy.deepcopy(declared)
+
+    # -- Step 1 ---------------------------------------------------------------------------
+
+    def _load(self, batch_id: int) -> dict[str, SpoutTracker]:
+        previous = [int(p.name.split(".")[0]) for p in self.dir.glob("*.trackers.pkl")
+                    if int(p.name.split(".")[0]) < batch_id]
+        data = (pickle.loads((self.dir / f"{max(previous)}.trackers.pkl").read_bytes())
+                if previous else {})
+        trackers = {}
+        for spout_id in self.acking.spout_tasks:
+            settings = {"timeout_ms": self.acking.timeout_ms, "retry": self.retry[spout_id]}
+            snap = data.get(spout_id)
+            trackers[spout_id] = (SpoutTracker.restore(snap, **settings) if snap is not None
+                                  else SpoutTracker(**settings))
+        return trackers
+
+    def commit(self, batch_id: int, ends: dict[str, Any], batch_time_ms: int,
+               events: list[tuple[int, bytes]]) -> BatchOutcome:
+        """Steps 1-4 for batch ``batch_id``.
+
+        Args:
+            batch_id: the batch (Storm's txid).
+            ends: each spout's end offsets from the offset log, marks included.
+            batch_time_ms: Spark's batch timestamp (used when a batch has no marks).
+            events: ``(acker task, payload)`` rows the ackers sent.
+        """
+        out = BatchOutcome(trackers=self._load(batch_id))
+        by_task: dict[int, list[tuple[str, int, int, Any]]] = defaultdict(list)
+        pending: dict[int, list[tuple[int, int, Any]]] = defaultdict(list)
+        acked: Counter[int] = Counter()
+        expired = 0
+        for acker, raw in events:
+            payload = pickle.loads(raw)
+            for event in payload["events"]:
+                by_task[event[2]].append(event)
+            for root, task, msg in payload["pending"]:
+                pending[task].append((root, task, msg))
+            acked.update(payload["acked"])
+            self._acker_entries[acker] = payload["entries"]
+            expired += payload["expired"]
+        for spout_id, task in self.acking.spout_tasks.items():
+            tracker = out.trackers[spout_id]
+            spout_ends = without_clocks(ends.get(spout_id) or {})
+            out.ends[spout_id] = {(t, int(p)): int(o) for t, parts in spout_ends.items()
+                                  for p, o in parts.items()}
+            now, retries = read_marks(ends.get(spout_id) or {})
+            now = batch_time_ms if now is None else now
+            decisions = self._batch(spout_id, task, tracker, now, retries, pending[task],
+                                    by_task[task], out.counters)
+            out.counters[f"{spout_id}.acked"] += acked[task]
+            self._apply(spout_id, decisions, out)
+            out.gauges[f"{spout_id}.pending"] = tracker.pending_count + tracker.waiting_count
+        out.gauges["__acker.pending"] = sum(self._acker_entries.values())
+        if expired:
+            out.counters["__acker.expired"] += expired
+        self._log(batch_id, out)
+        return out
+
+    def _batch(self, spout_id: str, task: int, tracker: SpoutTracker, now: int,
+               retries: list[tuple[str, int, int, int]], pending: list[tuple[int, int, Any]],
+               events: list[tuple[str, int, int, Any]], counters: Counter[str]
+               ) -> list[SpoutDecision]:
+        # Step 2: register, in offset order per partition (the offset tracker needs it).
+        started = [(KafkaMessageId(t, p, o), root_id_for(task, t, p, o, a))
+                   for t, p, o, a in retries]
+        counters[f"{spout_id}.replayed"] += len(retries)
+        started += [(KafkaMessageId(*msg[:3]), root) for root, _, msg in pending]
+        started += [(KafkaMessageId(*msg[:3]), root) for outcome, root, _, msg in events
+                    if outcome == Outcome.FAILED.value and msg is not None]
+        for msg_id, root in sorted(started):
+            if not tracker.is_in_flight(msg_id) and not tracker.is_pending_root(root):
+                tracker.emit(msg_id, root, now)
+        # Step 3: the trees that ended.
+        decisions = []
+        for outcome, root, _, msg in events:
+            if outcome == Outcome.ACKED.value:
+                decision = tracker.ack(root)
+                if decision is None and msg is not None:  # a first attempt, never pending
+                    decision = SpoutDecision(KafkaMessageId(*msg[:3]), SpoutAction.ACK,
+                                             Outcome.ACKED, 0)
+            else:
+                decision = tracker.fail(root, now)
+            if decision is not None:
+                decisions.append(decision)
+        # Step 4: time-outs.
+        decisions += tracker.expire(now)
+        return decisions
+
+    def _apply(self, spout_id: str, decisions: list[SpoutDecision], out: BatchOutcome) -> None:
+        spout = self.spouts[spout_id]
+        calls_ack = type(spout).ack is not BaseRichSpout.ack
+        calls_fail = type(spout).fail is not BaseRichSpout.fail
+        dead: list[SpoutDecision] = []
+        for d in decisions:
+            if d.action is SpoutAction.ACK:
+                out.counters[f"{spout_id}.acked"] += 1
+                if calls_ack:
+                    spout.ack(d.msg_id)
+                continue
+            out.counters[f"{spout_id}.{d.outcome.value}"] += 1
+            if calls_fail:
+                spout.fail(d.msg_id)
+            if d.action is SpoutAction.DEAD_LETTER:
+                dead.append(d)
+        if dead:
+            out.counters[f"{spout_id}.dead_lettered"] += len(dead)
+            raw = _fetch_values(spout, self.bootstrap, [d.msg_id for d in dead])
+            retries = self.retry[spout_id].max_retries
+            for d in dead:
+                t, p, o = d.msg_id
+                why = "timed out" if d.outcome is Outcome.TIMED_OUT else "failed"
+                message = (f"spout tuple {t}[{p}]@{o} {why} on its last attempt "
+                           f"({d.num_fails} failures, max_retries={retries})")
+                error = "TupleTimedOut" if d.outcome is Outcome.TIMED_OUT else "TupleFailed"
+                out.dead_letters.append({
+                    "component": spout_id, "stream": "default", "error_type": error,
+                    "message": message, "values": None, "topic": t, "partition": p,
+                    "offset": o, "raw": raw.get(d.msg_id)})
+
+    def _log(self, batch_id: int, out: BatchOutcome) -> None:
+        for spout_id in self.acking.spout_tasks:
+            counts = {k.rpartition(".")[2]: v for k, v in out.counters.items()
+                      if k.startswith(f"{spout_id}.") and v}
+            unusual = {k: v for k, v in counts.items() if k != "acked"}
+            if unusual:
+                log.info("batch %s: spout %r %s; un-acked %d", batch_id, spout_id,
+                         ", ".join(f"{k} {v}" for k, v in sorted(counts.items())),
+                         out.gauges[f"{spout_id}.pending"])
+
+    # -- Step 5 ---------------------------------------------------------------------------
+
+    def persist(self, batch_id: int, out: BatchOutcome) -> None:
+        """Save the trackers after ``batch_id`` and write each spout's book (atomically)."""
+        snapshot = {s: t.snapshot() for s, t in out.trackers.items()}
+        _atomic_write(self.dir / f"{batch_id}.trackers.pkl", pickle.dumps(snapshot))
+        for spout_id, tracker in out.trackers.items():
+            _atomic_write(self.dir / f"{spout_id}.book.json",
+                          book_of(batch_id, tracker, out.ends[spout_id]).to_json().encode())
+        for p in self.dir.glob("*.trackers.pkl"):
+            if int(p.name.split(".")[0]) < batch_id - KEEP_STATES:
+                p.unlink(missing_ok=True)
+
+
+def book_of(batch_id: int, tracker: SpoutTracker,
+            ends: dict[tuple[str, int], int]) -> SpoutBook:
+    """The :class:`SpoutBook` of a spout after ``batch_id``."""
+    retries = [(m.topic, m.partition, m.offset, tracker.num_fails(m), due)
+               for due, m in tracker.waiting()]
+    committable = committable_offsets(ends, tracker.offsets.lowest_outstanding())
+    return SpoutBook(batch_id, committable, retries, tracker.next_timeout_at(),
+                     tracker.pending_count + tracker.waiting_count)
+
+
+def batch_marks(checkpoint: Path, batch_id: int, spouts: list[str]
+                ) -> tuple[dict[str, Any], int]:
+    """Each spout's end offsets of ``batch_id`` with their marks, and the batch timestamp."""
+    try:
+        lines = (checkpoint / "offsets" / str(batch_id)).read_text().splitlines()
+    except FileNotFoundError:
+        return {}, 0
+    meta = json.loads(lines[1]) if len(lines) > 1 else {}
+    sources = [json.loads(line) if line.strip() not in ("", "-") else None for line in lines[2:]]
+    ends = {s: o for s, o in zip(spouts, sources, strict=False) if o is not None}
+    return ends, int(meta.get("batchTimestampMs", 0))
+
+
+def _fetch_values(spout: Any, bootstrap: str | None,
+                  msg_ids: list[KafkaMessageId]) -> dict[KafkaMessageId, bytes | None]:
+    """The raw values of the records ``msg_ids`` (for their dead letters); best effort."""
+    from confluent_kafka import Consumer
+    from confluent_kafka import TopicPartition as KafkaTopicPartition
+
+    from kstorm._kafka import consumer_config
+
+    servers = spout.bootstrap_servers or bootstrap
+    found: dict[KafkaMessageId, bytes | None] = {}
+    if servers is None:
+        return found
+    consumer = Consumer(consumer_config(servers, spout.consumer_config))
+    try:
+        for msg_id in msg_ids:
+            consumer.assign([KafkaTopicPartition(msg_id.topic, msg_id.partition,
+                                                 msg_id.offset)])
+            for _ in range(50):
+                got = consumer.consume(1, 0.2)
+                if got and got[0].error() is None and got[0].offset() == msg_id.offset:
+                    found[msg_id] = got[0].value()
+                    break
+            else:
+                log.warning("dead letter of %s: could not read the record back", msg_id)
+    finally:
+        consumer.close()
+    return found
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
