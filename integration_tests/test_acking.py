@@ -331,3 +331,50 @@ def test_windowed_bolt_acks_its_tuples_once_they_are_in_window_state(
     counters = spout_counters(handle)
     assert counters.get("acked") == N
     assert not counters.get("timed_out") and not counters.get("replayed")
+
+
+def test_a_lost_checkpoint_does_not_forget_tuples_waiting_for_a_retry(
+        spark, kafka, redis_server, topic_name, checkpoint_dir, produce, tmp_path):
+    # At least once, the exactly-once sink's offsets are ahead of a failed tuple waiting for
+    # its retry; the lowest un-acked offsets stored with them bring it back after the
+    # checkpoint is lost.
+    import redis as redis_py
+
+    from sinks.redis import RedisConfig, RedisSink
+
+    setup_topic(kafka, produce, topic_name)
+    waiting = "v05"
+    prefix = f"lost-{uuid.uuid4().hex[:6]}"
+
+    def topology(retry: RetryPolicy) -> Any:
+        builder = TopologyBuilder()
+        builder.set_spout("events", KafkaSpout(topic_name, retry=retry))
+        builder.set_bolt("work", Flaky(str(tmp_path), {waiting}, mode="fail")
+                         ).shuffle_grouping("events")
+        builder.set_bolt("store", RedisSink(RedisConfig.from_url(redis_server.url),
+                                            key=prefix + ":{value}", value="value",
+                                            merge="set")).shuffle_grouping("work")
+        return builder.create_topology()
+
+    name = f"lost-{uuid.uuid4().hex[:6]}"
+    client = redis_py.Redis.from_url(redis_server.url)
+    # 1: the tuple fails and waits an hour for its retry; everything else is stored
+    handle = submit_topology(name, conf(kafka, checkpoint_dir, **{
+        "kstorm.trigger": "continuous", "kstorm.trigger.interval.ms": 200}),
+        topology(RetryPolicy(initial_delay_ms=3_600_000)))
+    try:
+        deadline = time.monotonic() + RUN_TIMEOUT
+        while len(client.keys(f"{prefix}:*")) < N - 1:
+            assert handle.is_active and time.monotonic() < deadline, handle.progress
+            time.sleep(0.2)
+        assert spout_counters(handle).get("pending") == 1
+    finally:
+        handle.stop()
+    assert not client.exists(f"{prefix}:{waiting}")
+    # 2: the checkpoint is lost; the topology resumes from the sink's record
+    import shutil
+
+    shutil.rmtree(checkpoint_dir)
+    run(name, conf(kafka, checkpoint_dir), topology(RetryPolicy()))
+    assert client.get(f"{prefix}:{waiting}") == f"\"{waiting}\"".encode()  # JSON
+    assert len(client.keys(f"{prefix}:*")) == N

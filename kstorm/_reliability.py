@@ -206,6 +206,24 @@ class SpoutReliability:
                          ", ".join(f"{k} {v}" for k, v in sorted(counts.items())),
                          out.gauges[f"{spout_id}.pending"])
 
+    def resume_state(self, batch_id: int, out: BatchOutcome) -> bytes:
+        """Where each tracked spout must restart if the checkpoint is lost, for the sinks.
+
+        Exactly-once sinks store each batch's end offsets; at least once, records below
+        them may still be un-acked (pending, or waiting for a retry). Stored with the sinks'
+        offsets, this lets a topology that lost its checkpoint start each partition at its
+        lowest un-acked offset (``{spout: {topic: {partition: offset}}}`` as JSON), so a
+        waiting retry is re-read instead of forgotten.
+        """
+        marks: dict[str, dict[str, dict[str, int]]] = {}
+        for spout_id, tracker in out.trackers.items():
+            book = book_of(batch_id, tracker, out.ends[spout_id])
+            per_topic: dict[str, dict[str, int]] = {}
+            for (topic, part), offset in book.committable.items():
+                per_topic.setdefault(topic, {})[str(part)] = int(offset)
+            marks[spout_id] = per_topic
+        return json.dumps(marks, sort_keys=True).encode()
+
     # -- Step 5 ---------------------------------------------------------------------------
 
     def persist(self, batch_id: int, out: BatchOutcome) -> None:

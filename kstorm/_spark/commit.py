@@ -54,6 +54,8 @@ from kstorm.tuple import Tuple
 
 log = logging.getLogger("kstorm.commit")
 
+UNACKED_STATE = "acking:lowest-unacked"  # sink state entry: where tracked spouts resume
+
 
 def batch_offsets(checkpoint: Path, batch_id: int, spouts: list[str]) -> dict[str, Any]:
     """End offsets of ``batch_id`` per spout, from Spark's offset log.
@@ -131,6 +133,8 @@ class CommitPhase:
         captured = by_dest.pop(CAPTURE_DEST, _EMPTY)
         state = {f"window:{w.component}": snap.snapshot() for w, snap in persist}
         state.update(_windowed_bolt_state(by_dest))
+        if self.reliability is not None and reliable is not None:
+            state[UNACKED_STATE] = self.reliability.resume_state(batch_id, reliable)
         for sink_id, sink in self.sinks.items():
             rows = by_dest.pop(sink_id, _EMPTY)
             tuples = self._tuples(rows) + extra.get(sink_id, [])
