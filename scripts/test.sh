@@ -19,5 +19,5 @@ python3 -m pip install -q --disable-pip-version-check -e ".[dev]"
 export PYSPARK_PYTHON="$(python3 -c 'import sys; print(sys.executable)')"
 # Start Spark once before the suite: a smoke test of Spark itself, and it records the JVM
 # class cache (~/.cache/kstorm) that every later Spark start in the suite maps.
-python3 -m kstorm.cli warm-up --if-needed
+python3 -m kstorm.cli warm-up --if-needed || echo "kstorm warm-up failed (the suite runs without the JVM class cache)"
 exec python3 -m pytest "$@"

@@ -97,3 +97,18 @@ def test_cache_dir(monkeypatch: pytest.MonkeyPatch, env: dict[str, str], expecte
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     assert launch.cache_dir() == expected
+
+
+def test_an_unusable_cache_directory_only_costs_the_speed_up(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from kstorm._spark.session import launch_options
+    from kstorm.config import TopologyConfig
+
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("")
+    monkeypatch.setenv("KSTORM_CACHE_DIR", str(blocker))
+    monkeypatch.delenv("SPARK_HOME", raising=False)
+    options = launch_options(TopologyConfig.from_conf({}))
+    assert "SPARK_HOME" not in os.environ
+    assert "SharedArchiveFile" not in options["spark.driver.extraJavaOptions"]
+    assert launch.class_archive_state() == "absent"

@@ -97,15 +97,18 @@ def class_archive_state(cache: Path | None = None) -> str:
     import pyspark
 
     cache = cache or cache_dir()
-    home = os.environ.get("SPARK_HOME") or compiled_spark_home(
-        Path(pyspark.__file__).parent, cache)
-    if home is None:
-        return "absent"
-    archive = cache / f"{_ARCHIVE_PREFIX}{_archive_key(Path(home))}.jsa"
-    if archive.is_file():
-        return "ready"
-    if any(cache.glob(f"{archive.stem}.*.partial")):
-        return "recording"
+    try:
+        home = os.environ.get("SPARK_HOME") or compiled_spark_home(
+            Path(pyspark.__file__).parent, cache)
+        if home is None:
+            return "absent"
+        archive = cache / f"{_ARCHIVE_PREFIX}{_archive_key(Path(home))}.jsa"
+        if archive.is_file():
+            return "ready"
+        if any(cache.glob(f"{archive.stem}.*.partial")):
+            return "recording"
+    except OSError:  # e.g. no writable cache directory: sessions start without the cache
+        pass
     return "absent"
 
 
@@ -114,12 +117,15 @@ def claim_recorded_archive(cache: Path | None = None) -> bool:
     import pyspark
 
     cache = cache or cache_dir()
-    home = os.environ.get("SPARK_HOME") or compiled_spark_home(
-        Path(pyspark.__file__).parent, cache)
-    if home is None:
+    try:
+        home = os.environ.get("SPARK_HOME") or compiled_spark_home(
+            Path(pyspark.__file__).parent, cache)
+        if home is None:
+            return False
+        archive = cache / f"{_ARCHIVE_PREFIX}{_archive_key(Path(home))}.jsa"
+        return archive.is_file() or _claim_finished(cache, archive, min_age=0.0)
+    except OSError:
         return False
-    archive = cache / f"{_ARCHIVE_PREFIX}{_archive_key(Path(home))}.jsa"
-    return archive.is_file() or _claim_finished(cache, archive, min_age=0.0)
 
 
 def _claim_finished(cache: Path, archive: Path, min_age: float = 30.0) -> bool:
