@@ -1,13 +1,13 @@
 """Free-form spouts and bolts for the user-spout tests (importable by Spark's Python workers).
 
-- :class:`NumberSpout`: emits ``[n, "k<n mod keys>"]`` for n in 0..count-1, a few per
+- :class:`NumberSpout`: emits ``[n, n mod keys]`` for n in 0..count-1, a few per
   ``next_tuple``, message id n; every ``ack`` is appended to ``<state_dir>/acks``. Its
   position (the first n not acked yet) is persisted in ``ack`` and resumed in ``open``, the
   contract free-form spouts follow (README "Writing a spout").
 - :class:`FlakySpout`: emits like NumberSpout but ``next_tuple`` raises on chosen calls.
 - :class:`WrongAritySpout`: emits two values on a one-field stream.
 - :class:`Record`: a bolt that passes tuples on and, at the end of each batch, appends
-  ``<batch id> <pid> <n> <n> ...`` to ``<state_dir>/batches`` (what each attempt saw); it
+  ``<batch id> <pid> <task> <n> <n> ...`` to ``<state_dir>/batches`` (what each attempt saw); it
   can pause in one batch so a test can kill the process mid-batch.
 """
 
@@ -52,7 +52,7 @@ class NumberSpout(BaseRichSpout):
             if self.next >= self.count:
                 return
             n = self.next
-            self.collector.emit([n, f"k{n % self.keys}"], message_id=n)
+            self.collector.emit([n, n % self.keys], message_id=n)
             if self.odd_stream and n % 2:
                 self.collector.emit([n], message_id=None, stream="odd")
             self.next += 1
@@ -117,33 +117,36 @@ class Record(BaseRichBolt):
     def prepare(self, conf: dict[str, Any], context: Any, collector: Any) -> None:
         self.collector = collector
         self.batch_id = context.batch_id
+        self.task = context.task_index
         self.seen: list[int] = []
 
     def execute(self, t: Any) -> None:
         self.seen.append(t.values[0])
-        self.collector.emit(t.values[:2] if len(t.values) > 1 else [t.values[0], "odd"],
+        self.collector.emit(t.values[:2] if len(t.values) > 1 else [t.values[0], -1],
                             anchors=t)
         self.collector.ack(t)
 
     def finish_batch(self) -> None:
         with open(Path(self.state_dir) / "batches", "a") as f:
-            f.write(f"{self.batch_id} {os.getpid()} {' '.join(map(str, self.seen))}\n")
+            f.write(f"{self.batch_id} {os.getpid()} {self.task} "
+                    f"{' '.join(map(str, self.seen))}\n")
         marker = Path(self.state_dir) / "paused"
         if self.batch_id == self.pause_batch and not marker.exists():
             marker.write_text(str(os.getpid()))
             time.sleep(120)  # the test kills the process now
 
 
-def recorded_batches(state_dir: Path) -> list[tuple[int, int, list[int]]]:
-    """``(batch id, pid, numbers)`` per recorded batch attempt (per task)."""
+def recorded_batches(state_dir: Path) -> list[tuple[int, int, int, list[int]]]:
+    """``(batch id, pid, task, numbers)`` per recorded batch attempt of a task."""
     path = state_dir / "batches"
     if not path.exists():
         return []
     out = []
     for line in path.read_text().splitlines():
         parts = line.split()
-        if len(parts) >= 2:
-            out.append((int(parts[0]), int(parts[1]), [int(x) for x in parts[2:]]))
+        if len(parts) >= 3:
+            out.append((int(parts[0]), int(parts[1]), int(parts[2]),
+                        [int(x) for x in parts[3:]]))
     return out
 
 
