@@ -154,3 +154,22 @@ def acked(state_dir: Path) -> list[int]:
     """Every message id the spout's ``ack`` received, in order (repeats kept)."""
     path = state_dir / "acks"
     return [int(x) for x in path.read_text().split()] if path.exists() else []
+
+
+class Explode(BaseRichBolt):
+    """Raises on number ``bad`` (with ``kstorm.bolt.error.policy = fail`` the query fails)."""
+
+    def __init__(self, bad: int) -> None:
+        self.bad = bad
+
+    def declare_output_fields(self, declarer: Any) -> None:
+        declarer.declare(Fields("n"))
+
+    def prepare(self, conf: dict[str, Any], context: Any, collector: Any) -> None:
+        self.collector = collector
+
+    def execute(self, t: Any) -> None:
+        if t.values[0] == self.bad:
+            raise ValueError(f"cannot take {self.bad}")
+        self.collector.emit([t.values[0]], anchors=t)
+        self.collector.ack(t)

@@ -6,7 +6,15 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from spouts import FlakySpout, NumberSpout, Record, WrongAritySpout, acked, recorded_batches
+from spouts import (
+    Explode,
+    FlakySpout,
+    NumberSpout,
+    Record,
+    WrongAritySpout,
+    acked,
+    recorded_batches,
+)
 
 from kstorm import Fields, TopologyBuilder
 from kstorm.errors import KstormError
@@ -77,3 +85,23 @@ def test_wrong_arity_names_spout_and_stream(spark, tmp_path: Path) -> None:
     text = str(info.value)
     assert "spout 'bad' emitted 2 values on stream 'default'" in text
     assert "['n']" in text
+
+
+@pytest.mark.parametrize(("guarantee", "acked_ids"), [
+    ("exactly-once", set(range(5))),    # batch 0 committed; batch 1 (5..9) failed
+    ("at-least-once", set(range(5))),   # the same: acks come with the batch's commit
+    ("at-most-once", set(range(10))),   # acked once logged, before batch 1 ran
+])
+def test_acks_follow_the_guarantee(spark, tmp_path: Path, guarantee: str,
+                                   acked_ids: set[int]) -> None:
+    b = TopologyBuilder()
+    b.set_spout("numbers", NumberSpout(20, str(tmp_path), per_call=1))
+    b.set_bolt("explode", Explode(7)).shuffle_grouping("numbers")
+    b.set_bolt("out", CaptureSink()).shuffle_grouping("explode")
+    settings = conf(tmp_path, **{"kstorm.spout.max.batch.tuples": 5,
+                                 "kstorm.bolt.error.policy": "fail",
+                                 "topology.guarantee": guarantee})
+    with pytest.raises(KstormError) as info:
+        run_to_completion(b.create_topology(), settings, timeout=120)
+    assert "cannot take 7" in str(info.value.__cause__)
+    assert set(acked(tmp_path)) == acked_ids
