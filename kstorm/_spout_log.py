@@ -121,7 +121,7 @@ class SpoutLog:
 
     def prune(self, below: int) -> list[int]:
         """Delete the batch files with seq < ``below``; returns the seqs deleted."""
-        gone = []
+        gone: list[int] = []
         if not self.directory.is_dir():
             return gone
         for entry in self.directory.iterdir():
