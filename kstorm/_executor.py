@@ -372,7 +372,7 @@ class StageExecutor:
             if tracking:
                 self._track_input(tup)
             if source:  # a spout's raw rows becoming envelope rows for sinks / joins
-                self._emit(head, task, "default", tup.values, (tup,))
+                self._emit(head, task, tup.source_stream, tup.values, (tup,))
                 if tracking and isinstance(tup._ids, TrackedTuple):
                     self._outbox.extend(self._anchors.ack(tup._ids))
             else:

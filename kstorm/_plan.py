@@ -65,6 +65,7 @@ class Stage:
     raw_spout: str | None = None       # input is the raw rows of this spout
     native_window: bool = False        # a built-in windowed aggregate (Arrow, commit phase)
     windowed: bool = False             # a user windowed bolt: TWS keeps its windows per task
+    envelope_source: bool = False      # a free-form spout's stage: emits envelope rows
 
     @property
     def keyed(self) -> bool:
@@ -149,7 +150,8 @@ def compile_plan(topology: StormTopology) -> Plan:
     stage_of: dict[str, int] = {}
     sinks: list[str] = []
     for spec in topology.spouts():
-        stage = Stage(index=len(stages), head=spec.id, raw_spout=spec.id)
+        stage = Stage(index=len(stages), head=spec.id, raw_spout=spec.id,
+                      envelope_source=runs_next_tuple(spec.component))
         stages.append(stage)
         stage_of[spec.id] = stage.index
     for spec in topology.bolts():
@@ -196,6 +198,11 @@ def _check_native_window(cid: str, inputs: list[tuple[Grouping, int]], raw: str 
                          topology: StormTopology, stages: list[Stage]) -> None:
     from kstorm.errors import TopologyError
 
+    if raw is None and len(inputs) == 1 and stages[inputs[0][1]].envelope_source:
+        msg = (f"windowed aggregate {cid!r} reads spout {stages[inputs[0][1]].head!r}, which "
+               "runs next_tuple(): built-in aggregates read a KafkaSpout or ListSpout's typed "
+               "columns; use a BaseWindowedBolt for a free-form spout")
+        raise TopologyError(msg)
     if raw is None:
         msg = (
             f"windowed aggregate {cid!r} must subscribe to exactly one spout: it reads the "
@@ -238,9 +245,23 @@ def is_windowed_bolt(component: object) -> bool:
     return bool(getattr(component, "is_windowed_bolt", False))
 
 
+def runs_next_tuple(spout: object) -> bool:
+    """Whether ``spout`` is a free-form spout whose ``next_tuple`` the runtime calls.
+
+    Kafka and list spouts produce typed raw columns their first bolts read directly; a
+    free-form spout's emits (any stream, any values) leave its source stage as envelope
+    rows, which its consumers read as they read a bolt's output.
+    """
+    from kstorm.kafka_spout import KafkaSpout
+    from kstorm.testing import ListSpout
+
+    return not isinstance(spout, (KafkaSpout, ListSpout))
+
+
 def _raw_spout_input(inputs: list[tuple[Grouping, int]], stages: list[Stage]) -> str | None:
     if len(inputs) == 1 and stages[inputs[0][1]].is_source:
-        return stages[inputs[0][1]].raw_spout
+        source = stages[inputs[0][1]]
+        return None if source.envelope_source else source.raw_spout
     return None
 
 

@@ -65,6 +65,11 @@ class TopologyConfig(BaseModel):
     dead_letter_topic: str | None = Field(None, alias="kstorm.dead.letter.topic")
     bad_input_policy: str = Field("dead-letter", alias="kstorm.bad.input.policy")
     capture_emitted: bool = Field(False, alias="kstorm.capture.emitted")
+    # free-form spouts (next_tuple): when a batch of their emits ends (kstorm/_spout_executor.py)
+    spout_max_batch_tuples: int = Field(10_000, ge=1, alias="kstorm.spout.max.batch.tuples")
+    spout_max_batch_ms: int = Field(1_000, ge=1, alias="kstorm.spout.max.batch.ms")
+    spout_idle_calls: int = Field(3, ge=1, alias="kstorm.spout.idle.calls")
+    spout_max_failures: int = Field(3, ge=1, alias="kstorm.spout.max.failures")
 
     @field_validator("bad_input_policy")
     @classmethod
@@ -107,6 +112,12 @@ class TopologyConfig(BaseModel):
     def checkpoint_for(self, topology_name: str) -> Path:
         """The checkpoint directory of ``topology_name`` (one per topology by default)."""
         return (self.checkpoint_dir or self.checkpoint_root / topology_name).resolve()
+
+    @property
+    def acks_on_emit(self) -> bool:
+        """At most once: a spout tuple counts as acked once emitted (no ackers)."""
+        return self.guarantee is Guarantee.AT_MOST_ONCE or (
+            self.guarantee is Guarantee.AT_LEAST_ONCE and self.acker_executors == 0)
 
     @property
     def ackers_enabled(self) -> bool:

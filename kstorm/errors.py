@@ -13,7 +13,8 @@ Hierarchy::
     ├── MissingDependencyError (+ ImportError)  an optional extra or binary is missing;
     │                                        the message says what to install
     ├── EmbeddedServiceError                 an embedded broker / redis-server failed to start
-    ├── SourceError                          the Kafka spout could not read its topics
+    ├── SourceError                          a spout could not read its source (Kafka
+    │                                        topics; next_tuple failing again and again)
     ├── SinkError                            a sink could not commit a batch
     └── FailedException                      raised by a bolt's ``execute`` to fail the
                                              input tuple (Storm's ``FailedException``)

@@ -24,8 +24,24 @@ class SpoutOutputCollector:
 class BaseRichSpout(Component):
     """A source of tuples (Storm ``BaseRichSpout``).
 
-    kstorm runs replayable spouts: :class:`kstorm.KafkaSpout` (offsets are message ids) and
-    :class:`kstorm.testing.ListSpout`. Batches of a spout are fixed before they run.
+    Subclass it for your own source (an API poller, a file tailer, a generator): kstorm calls
+    ``next_tuple`` in one long-lived process, cuts its emits into batches (``kstorm.spout.*``
+    bounds) and writes each batch to a log under the checkpoint before Spark runs it, so a
+    replayed batch is the same batch. ``ack(msg_id)`` comes once the batch holding the tuple
+    committed (at most once: once it is logged); persist your position there and resume from
+    it in ``open``. ``fail`` is not called: a failed batch is replayed from the log. See the
+    README's "Writing a spout". :class:`kstorm.KafkaSpout` and
+    :class:`kstorm.testing.ListSpout` are replayable by themselves and run without a log.
+
+    Example:
+        >>> class Numbers(BaseRichSpout):
+        ...     def declare_output_fields(self, declarer):
+        ...         declarer.declare(Fields("n"))
+        ...     def open(self, conf, context, collector):
+        ...         self.collector, self.n = collector, 0
+        ...     def next_tuple(self):
+        ...         self.collector.emit([self.n], message_id=self.n)
+        ...         self.n += 1
     """
 
     def open(self, conf: dict[str, Any], context: TopologyContext,

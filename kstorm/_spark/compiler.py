@@ -61,6 +61,13 @@ def compile_query(spark: SparkSession, topology: StormTopology, plan: Plan, name
     heads = {s.head for s in plan.stages if not s.is_source}
 
     for stage in plan.stages:
+        if stage.is_source and stage.envelope_source:
+            # a free-form spout: its source stage runs in the read of its logged batches
+            ctx = _context(topology, plan, stage, name, conf, carrier=True, acking=acking)
+            env[stage.index] = read_spout(spark, topology.components[stage.head], settings,
+                                          fused=StageRunner(ctx), topology_name=name,
+                                          conf=conf, state_dir=state_dir)
+            continue
         if stage.is_source:
             window = next((s for s in plan.stages
                            if s.native_window and s.raw_spout == stage.head), None)

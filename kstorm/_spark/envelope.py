@@ -58,7 +58,17 @@ def envelope_tuples(batch: pa.RecordBatch, topology: StormTopology) -> Iterator[
 
 def raw_tuples(batch: pa.RecordBatch, spout: str, topology: StormTopology, tasks: list[int]
                ) -> Iterator[tuple[int, Tuple]]:
-    """``(task, Tuple)`` for each good raw spout row (``__error`` rows are skipped)."""
+    """``(task, Tuple)`` for each good raw spout row (``__error`` rows are skipped).
+
+    A free-form spout's rows carry their stream and pickled values (``__stream``,
+    ``__vals``) instead of typed columns.
+    """
+    if "__vals" in batch.schema.names:
+        streams = topology.components[spout].streams
+        for task, stream, vals in zip(tasks, batch.column("__stream").to_pylist(),
+                                      batch.column("__vals").to_pylist(), strict=True):
+            yield task, Tuple(pickle.loads(vals), streams[stream], spout, stream)
+        return
     fields = topology.components[spout].streams["default"]
     columns = [batch.column(name).to_pylist() for name in fields]
     names = batch.schema.names

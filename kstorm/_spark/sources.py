@@ -2,21 +2,27 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 
 from kstorm.errors import ConfigError, TopologyError
+from kstorm.spout import BaseRichSpout
 from kstorm.topology import ComponentSpec
 
 
 def read_spout(spark: SparkSession, spec: ComponentSpec, settings: Any,
                pmax_file: str | None = None, fused: Any = None,
-               acking: dict[str, Any] | None = None) -> DataFrame:
+               acking: dict[str, Any] | None = None, *, topology_name: str = "",
+               conf: dict[str, Any] | None = None, state_dir: Path | None = None
+               ) -> DataFrame:
     """The raw rows of spout ``spec`` (its output fields, plus ids and error columns).
 
     ``acking``: the spout is tracked (at-least-once; Kafka spouts only): its book's path
-    and ``topology.max.spout.pending``.
+    and ``topology.max.spout.pending``. A free-form spout (``next_tuple``) needs its
+    source stage as ``fused`` (its rows leave as envelope rows), the topology's name and
+    ``conf`` (for ``open``), and ``state_dir`` (its batch log lives there).
     """
     from kstorm.kafka_spout import KafkaSpout
     from kstorm.testing import ListSpout
@@ -41,9 +47,19 @@ def read_spout(spark: SparkSession, spec: ComponentSpec, settings: Any,
         from kstorm._spark.list_source import read_list_spout
 
         return read_list_spout(spark, spout.batches, spout.schema, spout.partitions, pmax_file)
-    msg = (
-        f"spout {spec.id!r} is a {type(spout).__name__}: kstorm runs replayable spouts "
-        "(KafkaSpout, kstorm.testing.ListSpout), whose batches are fixed before they run"
-    )
-    raise TopologyError(
-        msg)
+    if not isinstance(spout, BaseRichSpout):
+        msg = f"spout {spec.id!r} is a {type(spout).__name__}, not a BaseRichSpout"
+        raise TopologyError(msg)
+    if fused is None or state_dir is None:
+        msg = f"spout {spec.id!r}: a free-form spout is read with its source stage and log"
+        raise TopologyError(msg)
+    from kstorm._spark.envelope import ENVELOPE_DDL
+    from kstorm._spark.spout_source import SpoutSourceSpec, log_dir, read_spout_stream
+    from kstorm._spout_executor import BatchBounds
+
+    bounds = BatchBounds(settings.spout_max_batch_tuples, settings.spout_max_batch_ms,
+                         settings.spout_idle_calls, settings.spout_max_failures)
+    source = SpoutSourceSpec(spout, spec.id, topology_name, {**(conf or {}), **spec.conf},
+                             dict(spec.streams), str(log_dir(state_dir, spec.id)), bounds,
+                             settings.acks_on_emit, spec.parallelism, fused)
+    return read_spout_stream(spark, source, ENVELOPE_DDL)

@@ -1,0 +1,179 @@
+"""A free-form spout (``BaseRichSpout.next_tuple``) as a PySpark streaming data source.
+
+Spark keeps one Python process per streaming source for the query's life (the streaming
+source runner) and calls the reader's driver methods there. The reader holds the spout
+instance in that process, through a :class:`kstorm._spout_executor.SpoutExecutor`:
+
+- ``latestOffset(start, limit)``: the executor acks what committed, then fills and logs
+  batch ``start["seq"]`` (``<checkpoint>/kstorm/spouts/<spout id>/<seq>``) and returns
+  ``{"seq": seq + 1}``, or ``start`` when the spout had nothing. Spark writes that end to its
+  offset log only after the batch is logged, so any batch Spark (re)runs is in the log.
+- ``partitions(start, end)``: the logged batches, split into ``parallelism`` slices carried
+  inside the input partitions as Arrow IPC bytes (executors need no access to the log).
+- ``read(partition)``: the slice's rows (``__stream``, pickled ``__vals``), turned into
+  envelope rows by the spout's source stage right there (``fused``), as Kafka's windowed
+  partials are.
+- ``commit(end)``: acks through ``end`` (``latestOffset`` already did for every batch but
+  the last of an available-now run, after which Spark calls no ``commit``).
+
+The reader is also created (then pickled to executors) by Spark's read planner: it opens
+nothing until a driver method runs.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+from pyspark import cloudpickle
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import StructType
+
+from kstorm._spout_executor import BatchBounds, SpoutExecutor
+from kstorm._spout_log import SpoutLog
+from kstorm.component import TopologyContext
+from kstorm.spout import BaseRichSpout
+from kstorm.tuple import Fields
+
+FORMAT = "kstorm_spout"
+SPEC_OPTION = "kstorm.spout"
+ROW_DDL = "__stream string, __vals binary"
+log = logging.getLogger("kstorm.spout")
+
+
+@dataclass(frozen=True)
+class SpoutSourceSpec:
+    """Everything the source needs, cloudpickled into one option."""
+
+    spout: BaseRichSpout
+    spout_id: str
+    topology_name: str
+    conf: dict[str, Any]
+    streams: dict[str, Fields]
+    log_dir: str
+    bounds: BatchBounds
+    ack_on_emit: bool
+    parallelism: int = 1
+    fused: Any = None  # the spout's source stage (StageRunner), run inside read()
+
+
+class SpoutDataSource(DataSource):
+    """``spark.readStream.format("kstorm_spout")``."""
+
+    @classmethod
+    def name(cls) -> str:
+        """The format name."""
+        return FORMAT
+
+    def schema(self) -> str:
+        """The rows ``read`` yields (envelope rows when a stage is fused)."""
+        return ROW_DDL
+
+    def streamReader(self, schema: StructType) -> SpoutStreamReader:
+        """A reader for the spout in the options."""
+        return SpoutStreamReader(self.options[SPEC_OPTION])
+
+
+class SpoutStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Plans logged batches of a spout's emits (see the module docstring)."""
+
+    def __init__(self, spec: str) -> None:
+        self.spec: SpoutSourceSpec = cloudpickle.loads(base64.b64decode(spec))
+        self._executor: SpoutExecutor | None = None
+
+    def __getstate__(self) -> dict[str, Any]:  # executors get the spec, never the instance
+        return {"spec": self.spec, "_executor": None}
+
+    # -- driver (the streaming source runner process) --------------------------------------
+
+    def _spout(self) -> SpoutExecutor:
+        if self._executor is None:
+            spec = self.spec
+            context = TopologyContext(spec.topology_name, spec.spout_id, 0, 1, -1,
+                                      dict(spec.streams))
+            self._executor = SpoutExecutor(spec.spout, spec.spout_id, dict(spec.conf), context,
+                                           SpoutLog(spec.log_dir, spec.spout_id), spec.bounds,
+                                           ack_on_emit=spec.ack_on_emit)
+        return self._executor
+
+    def initialOffset(self) -> dict:
+        """A new checkpoint starts at batch 0."""
+        return {"seq": 0}
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        """Informational: the batch bounds are the spout's own (``kstorm.spout.*``)."""
+        return ReadMaxRows(self.spec.bounds.max_tuples)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        """Available-now: the run ends at the first batch the idle spout leaves empty."""
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        """Ack what committed, then log the next batch (see the module docstring)."""
+        seq = int(start["seq"])
+        end = self._spout().next_batch(seq)
+        return start if end == seq else {"seq": end}
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        """The logged batches in ``[start, end)``, each split into ``parallelism`` slices."""
+        spout_log = SpoutLog(self.spec.log_dir, self.spec.spout_id)
+        parts: list[InputPartition] = []
+        for seq in range(int(start["seq"]), int(end["seq"])):
+            table = spout_log.table(seq).drop_columns(["__msgid"])
+            n = max(1, min(self.spec.parallelism, table.num_rows))
+            step = -(-table.num_rows // n)
+            for i in range(n):
+                parts.append(InputPartition((seq, i, _ipc(table.slice(i * step, step)))))
+        return parts
+
+    def commit(self, end: dict) -> None:
+        """Spark committed through ``end``: ack its tuples."""
+        self._spout().ack_through(int(end["seq"]))
+
+    def stop(self) -> None:
+        """The query stopped: close the spout."""
+        if self._executor is not None:
+            try:
+                self._executor.close()
+            except Exception:
+                log.exception("spout %r: close() raised", self.spec.spout_id)
+
+    # -- executors -------------------------------------------------------------------------
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """One slice of a logged batch, through the fused source stage when there is one."""
+        _seq, _index, payload = partition.value
+        batches = pa.ipc.open_stream(payload).read_all().to_batches()
+        if self.spec.fused is not None:
+            yield from self.spec.fused(iter(batches))
+            return
+        yield from batches
+
+
+def _ipc(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def read_spout_stream(spark: SparkSession, spec: SpoutSourceSpec, schema: str) -> DataFrame:
+    """A streaming DataFrame of ``spec``'s spout; ``schema`` is the fused stage's output."""
+    spark.dataSource.register(SpoutDataSource)
+    option = base64.b64encode(cloudpickle.dumps(spec)).decode()
+    return spark.readStream.format(FORMAT).schema(schema).option(SPEC_OPTION, option).load()
+
+
+def log_dir(state_dir: Path, spout_id: str) -> Path:
+    """``<checkpoint>/kstorm/spouts/<spout id>``: the spout's batch log."""
+    return state_dir / "spouts" / spout_id
