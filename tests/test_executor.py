@@ -1,6 +1,7 @@
 """The stage executor, without Spark: routing, fusion, errors, batch lifecycle."""
 
 import pickle
+from collections import Counter
 
 import pytest
 
@@ -162,4 +163,13 @@ def test_finish_batch_runs_per_task_and_capture():
 
 def test_stable_hash_is_stable():
     # task assignment (and so where state lives) must never change between releases
-    assert stable_hash(["cat", 1]) == stable_hash(("cat", 1)) == 2864864668
+    assert stable_hash(["cat", 1]) == stable_hash(("cat", 1)) == 291467441
+
+
+def test_stable_hash_spreads_keys_that_differ_in_a_few_bits():
+    # plain CRC-32 sent 8 of k0..k9 to the same one of 2 tasks (shared low bits)
+    for prefix in ("k", "user", "sensor-"):
+        tasks = Counter(stable_hash([f"{prefix}{i}"]) % 2 for i in range(10))
+        assert min(tasks.values()) >= 3, (prefix, tasks)
+    tasks = Counter(stable_hash([f"k{i}"]) % 4 for i in range(1000))
+    assert min(tasks.values()) > 200
