@@ -112,6 +112,12 @@ def _cause(exc: BaseException) -> str:
     if found:
         name, message = found[-1]
         return f"{name}: {message}"
+    # a user bolt's exception: the last line of the Python traceback inside Spark's message
+    raised = [m for m in re.findall(r"^(\w+(?:Error|Exception|Exit|Interrupt)): (.+)$", text,
+                                    re.MULTILINE)]
+    if raised:
+        name, message = raised[-1]
+        return f"{name}: {message}"
     return text.splitlines()[0] if text else type(exc).__name__
 
 

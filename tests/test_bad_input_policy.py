@@ -37,3 +37,21 @@ def test_fail_names_topic_partition_offset():
 def test_policy_is_validated():
     with pytest.raises(ConfigError, match="bad.input.policy"):
         TopologyConfig.from_conf({"kstorm.bad.input.policy": "ignore"})
+
+
+def test_a_failed_topology_names_the_bolt_exception_not_sparks_wrapper():
+    from kstorm.runtime import _cause
+
+    spark_text = (
+        "[STREAM_FAILED] Query [id = 1] terminated with exception: "
+        "[FOREACH_BATCH_USER_FUNCTION_ERROR] An error occurred in the user provided function\n"
+        "Traceback (most recent call last):\n"
+        '  File "bolts.py", line 7, in execute\n'
+        '    raise ValueError("cannot take 7")\n'
+        "pyspark.errors.exceptions.captured.PythonException: An exception was thrown from "
+        "the Python worker:\n"
+        '    raise ValueError("cannot take 7")\n'
+        "ValueError: cannot take 7\n")
+    assert _cause(Exception(spark_text)) == "ValueError: cannot take 7"
+    assert _cause(Exception("x\nkstorm.errors.SerdeError: spout 'e': bad")) == (
+        "SerdeError: spout 'e': bad")
