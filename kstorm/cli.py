@@ -63,7 +63,12 @@ def _warm_up(args: argparse.Namespace) -> int:
     if args.if_needed and launch.class_archive_state() == "ready":
         print("JVM class cache: ready (nothing to do)")
         return 0
+    from kstorm._spark.session import get_session
+    from kstorm.config import TopologyConfig
+
     started = time.monotonic()
+    get_session(TopologyConfig.from_conf({"kstorm.spark.master": args.master}),
+                record_class_cache=True)
     with tempfile.TemporaryDirectory(prefix="kstorm-warm-up-") as tmp:
         result = run_to_completion(warm_up_topology(), {
             "kstorm.checkpoint.dir": tmp, "kstorm.spark.master": args.master})

@@ -37,7 +37,13 @@ def test_a_spark_distribution_keeps_its_own_home(tmp_path: Path) -> None:
 
 
 def _options(home: Path, cache: Path) -> str:
-    return launch.class_archive_options(home, cache)
+    return launch.class_archive_options(home, cache, record=True)
+
+
+def test_an_ordinary_session_never_records(tmp_path: Path) -> None:
+    # recording slows the recording JVM: only `kstorm warm-up` does it
+    assert launch.class_archive_options(tmp_path / "home", tmp_path / "cache") == ""
+    assert not list(tmp_path.glob("cache/*.partial"))
 
 
 def test_first_start_records_then_later_starts_use_the_archive(tmp_path: Path) -> None:

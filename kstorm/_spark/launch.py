@@ -8,10 +8,10 @@
    a pip-installed pyspark, :func:`compiled_spark_home` mirrors the installation without
    ``python/lib`` (symlinks), and the JVM starts with that mirror as ``SPARK_HOME``: the same
    jars and scripts, but its Python processes import the installed, byte-compiled pyspark.
-2. **The JVM loads ~20,000 classes from jars.** With class data sharing (JDK AppCDS), the
-   first session records the classes it loaded into an archive when its JVM exits
-   (``-XX:ArchiveClassesAtExit``); later sessions map that archive instead of parsing and
-   verifying the classes again (``-XX:SharedArchiveFile``). The archive is keyed by the JVM,
+2. **The JVM loads ~20,000 classes from jars.** With class data sharing (JDK AppCDS),
+   ``kstorm warm-up`` records the classes a session loaded into an archive when its JVM
+   exits (``-XX:ArchiveClassesAtExit``); later sessions map that archive instead of parsing
+   and verifying the classes again (``-XX:SharedArchiveFile``). The archive is keyed by the JVM,
    pyspark and Spark home, so an upgrade starts a new one; a JVM that cannot use it
    (mismatch, truncated file) ignores it and starts as usual. Turn it off with
    ``kstorm.spark.class.cache: false``.
@@ -73,13 +73,18 @@ def compiled_spark_home(pyspark_dir: Path, cache: Path) -> Path | None:
     return home
 
 
-def class_archive_options(spark_home: Path, cache: Path) -> str:
-    """JVM options that use (or, the first time, record) the class-data-sharing archive."""
+def class_archive_options(spark_home: Path, cache: Path, *, record: bool = False) -> str:
+    """JVM options that use the class-data-sharing archive, or with ``record`` make one.
+
+    Recording slows the recording JVM itself (measured: SparkSession +3-5 s, first job
+    +1.5-2.5 s under load 5), so only ``kstorm warm-up`` records; other sessions use the
+    archive when there is one and otherwise start as usual.
+    """
     archive = cache / f"{_ARCHIVE_PREFIX}{_archive_key(spark_home)}.jsa"
     quiet = "-Xlog:cds=off -Xlog:cds+dynamic=off"
     if archive.is_file() or _claim_finished(cache, archive):
         return f"-XX:SharedArchiveFile={archive} -Xshare:auto {quiet}"
-    if _recording_elsewhere(cache, archive):
+    if not record or _recording_elsewhere(cache, archive):
         return ""
     _prune_archives(cache, keep=archive)
     # Dumped when this JVM exits, under a temporary name; the next start claims it.

@@ -57,7 +57,8 @@ def spark_options(settings: TopologyConfig) -> dict[str, str]:
     return {k: v for k, v in options.items() if v != ""}
 
 
-def launch_options(settings: TopologyConfig) -> dict[str, str]:
+def launch_options(settings: TopologyConfig, *, record_class_cache: bool = False
+                   ) -> dict[str, str]:
     """:func:`spark_options` plus the fast-start environment (``kstorm/_spark/launch.py``).
 
     Call it right before creating the session: it sets ``SPARK_HOME`` (unless the user
@@ -79,7 +80,8 @@ def launch_options(settings: TopologyConfig) -> dict[str, str]:
             os.environ["SPARK_HOME"] = str(home)
     if settings.spark_class_cache and "SPARK_HOME" in os.environ:
         try:
-            extra = launch.class_archive_options(Path(os.environ["SPARK_HOME"]), cache)
+            extra = launch.class_archive_options(Path(os.environ["SPARK_HOME"]), cache,
+                                                 record=record_class_cache)
         except OSError as exc:
             log.debug("no JVM class cache (%s)", exc)
             extra = ""
@@ -89,14 +91,20 @@ def launch_options(settings: TopologyConfig) -> dict[str, str]:
     return options
 
 
-def get_session(settings: TopologyConfig) -> SparkSession:
-    """The process's SparkSession, created on first use with :func:`launch_options`."""
+def get_session(settings: TopologyConfig, *, record_class_cache: bool = False
+                ) -> SparkSession:
+    """The process's SparkSession, created on first use with :func:`launch_options`.
+
+    ``record_class_cache`` (``kstorm warm-up``): record the JVM class cache when this
+    session's JVM exits, if there is none yet.
+    """
     with _lock:
         active = SparkSession.getActiveSession()
         if active is not None:
             return active
         builder = SparkSession.builder
-        for key, value in launch_options(settings).items():
+        for key, value in launch_options(settings,
+                                         record_class_cache=record_class_cache).items():
             builder = builder.config(key, value)
         with _jvm_output_to(log_path()):
             spark = builder.getOrCreate()
