@@ -88,6 +88,9 @@ def launch_options(settings: TopologyConfig, *, record_class_cache: bool = False
         if extra:
             key = "spark.driver.extraJavaOptions"
             options[key] = f"{options.get(key, '')} {extra}".strip()
+        else:
+            log.info("no JVM class cache in %s: run `kstorm warm-up` once to start Spark "
+                     "faster", cache)
     return options
 
 
