@@ -40,7 +40,7 @@ import pyarrow.compute as pc
 
 from kstorm._clocks import without_clocks
 from kstorm._deadletter import DeadLetterWriter, as_record
-from kstorm._executor import CAPTURE_DEST
+from kstorm._executor import CAPTURE_DEST, unpack_metas, unpack_values
 from kstorm._ids import DEAD_LETTER_STREAM
 from kstorm._progress import Progress
 from kstorm._reliability import SpoutReliability, batch_marks
@@ -161,9 +161,12 @@ class CommitPhase:
                                            rows.column("__stream").to_pylist(),
                                            rows.column("__vals").to_pylist(),
                                            rows.column("__meta").to_pylist(), strict=True):
-            t = Tuple(pickle.loads(vals), comps[src].streams[stream], src, stream)
-            t._ids = meta
-            out.append(t)
+            fields = comps[src].streams[stream]
+            values = unpack_values(vals)
+            for v, m in zip(values, unpack_metas(meta, len(values)), strict=True):
+                t = Tuple(v, fields, src, stream)
+                t._ids = m
+                out.append(t)
         return out
 
     def close(self) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from kstorm._executor import Outgoing, StageExecutor
+from kstorm._executor import Outgoing, Packed, StageExecutor
 from kstorm._plan import AckingPlan, Plan
 from kstorm._spark.envelope import (
     bad_input,
@@ -85,15 +85,15 @@ def _run(ctx: StageContext, executor: StageExecutor, batches: Iterator[pa.Record
             if others.num_rows:
                 yield others
             tuples = envelope_tuples(mine, ctx.topology)
-        yield from _packed(executor.process(tuples))
-    yield from _packed(executor.finish())
+        yield from _packed(executor.process_rows(tuples))
+    yield from _packed(executor.finish_rows())
     if executor.counters:
         counters = {"stage": ctx.stage_index, **executor.counters}
         yield to_arrow([Outgoing(METRICS_DEST, 0, stage.head, "", pickle.dumps(counters), None)])
 
 
-def _packed(outgoing: Iterator[Outgoing], size: int = 8192) -> Iterator[pa.RecordBatch]:
-    chunk: list[Outgoing] = []
+def _packed(outgoing: Iterator[Outgoing | Packed], size: int = 8192) -> Iterator[pa.RecordBatch]:
+    chunk: list[Outgoing | Packed] = []
     for row in outgoing:
         chunk.append(row)
         if len(chunk) >= size:

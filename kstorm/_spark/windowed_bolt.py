@@ -176,7 +176,7 @@ def windowed_processor(ctx: StageContext, spec: WindowedStageSpec) -> Any:
             executor.hold(spec.component, tuples)
             out = _Output(executor, spec.component, task, spec.config.late_tuple_stream)
             windowed.process(tuples, now, out)
-            for chunk in _packed(executor.finish()):
+            for chunk in _packed(executor.finish_rows()):
                 yield _pandas(chunk)
             for kv in kvs:
                 kv.flush()
