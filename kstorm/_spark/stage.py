@@ -25,6 +25,7 @@ from kstorm._spark.envelope import (
     split_for,
     to_arrow,
 )
+from kstorm._spark.worker_gc import freeze_imports
 from kstorm.topology import StormTopology
 
 METRICS_DEST = "__metrics"
@@ -110,6 +111,7 @@ class StageRunner:
         self.ctx = ctx
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        freeze_imports()
         ctx = self.ctx
         partition = _partition()
         stage = ctx.plan.stages[ctx.stage_index]
@@ -184,6 +186,7 @@ def stateful_processor(ctx: StageContext) -> Any:
         def init(self, handle: Any) -> None:
             # TWS state variables must be declared in init(); the map is scoped to the
             # grouping key, i.e. to one task of the stage's stateful head bolt.
+            freeze_imports()
             self._kv = handle.getMapState("kv", "k binary", "v binary")
 
         def handleInputRows(self, key: Any, rows: Iterator[Any], timerValues: Any

@@ -69,7 +69,9 @@ class WindowStageRunner:
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from kstorm._spark.envelope import to_arrow
+        from kstorm._spark.worker_gc import freeze_imports
 
+        freeze_imports()
         stage = self.ctx.plan.stages[self.ctx.stage_index]
         component = stage.head
         spout = stage.raw_spout

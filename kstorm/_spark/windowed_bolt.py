@@ -39,6 +39,7 @@ from kstorm._spark.stage import (
     _policy,
     typed_rows,
 )
+from kstorm._spark.worker_gc import freeze_imports
 from kstorm._window_store import PersistentTuples, PersistentWindow
 from kstorm._windowed import WindowedTask
 from kstorm.tuple import Tuple
@@ -121,6 +122,7 @@ def windowed_processor(ctx: StageContext, spec: WindowedStageSpec) -> Any:
 
     class WindowedStage(StatefulProcessor):
         def init(self, handle: Any) -> None:
+            freeze_imports()
             self._handle = handle
             self._window = handle.getValueState("window", "blob binary")
             self._kv = handle.getMapState("kv", "k binary", "v binary")
