@@ -127,6 +127,7 @@ loads = pickle.loads
 # Values of these types cannot change after an emit, so a packed row may pickle them later
 # (with the rest of its row); other values are pickled at once, as a bolt may reuse them.
 _IMMUTABLE = frozenset({str, int, float, bool, bytes, type(None)})
+_NO_PLANS: dict[str, Any] = {}
 
 
 def _entry(values: list[Any]) -> list[Any] | bytes:
@@ -183,6 +184,7 @@ class _EmitPlan(NamedTuple):
     fields: Fields
     routes: list[_Route]
     counter: str          # "<component>.emitted"
+    n_fields: int
 
 
 @dataclass
@@ -217,7 +219,7 @@ class StageExecutor:
         self._groups: dict[tuple[str, int, str, str], list[Any]] = {}  # -> [entries, metas]
         self._queued = 0        # tuples in _groups
         self._queued_bytes = 0  # bytes of the values pickled at emit in _groups
-        self._plans: dict[tuple[str, str], _EmitPlan] = {}
+        self._plans: dict[str, dict[str, _EmitPlan]] = {}  # component -> stream -> plan
         self._order: list[tuple[str, int, str, str]] | None = None  # per-tuple view: emits
         self.counters: Counter[str] = Counter()
         members = self.stage.bolts or [self.stage.head]
@@ -255,10 +257,6 @@ class StageExecutor:
 
     def _emit_plan(self, component: str, stream: str) -> _EmitPlan:
         """What every emit of ``component`` on ``stream`` needs, computed on its first emit."""
-        key = (component, stream)
-        found = self._plans.get(key)
-        if found is not None:
-            return found
         spec = self.topology.components[component]
         fields = spec.streams.get(stream)
         if fields is None:
@@ -268,8 +266,8 @@ class StageExecutor:
             )
             raise TopologyError(msg)
         found = _EmitPlan(fields, self._routes[component].get(stream, []),
-                          f"{component}.emitted")
-        self._plans[key] = found
+                          f"{component}.emitted", len(fields))
+        self._plans.setdefault(component, {})[stream] = found
         return found
 
     def _add(self, dest: str, task: int, src: str, stream: str, entry: list[Any] | bytes,
@@ -293,8 +291,9 @@ class StageExecutor:
 
     def _emit(self, component: str, task: int, stream: str, values: list[Any],
               anchors: Sequence[Tuple]) -> None:
-        fields, routes, counter = self._emit_plan(component, stream)
-        if len(values) != len(fields):
+        plan = self._plans.get(component, _NO_PLANS).get(stream)
+        fields, routes, counter, n_fields = plan or self._emit_plan(component, stream)
+        if len(values) != n_fields:
             msg = (
                 f"bolt {component!r} emitted {len(values)} values on stream "
                                 f"{stream!r}, which declares {len(fields)} fields "
@@ -327,11 +326,15 @@ class StageExecutor:
                 tup._ids = meta
                 for t in targets:
                     self._deliver(route.consumer, t, tup)
-            else:
-                if entry is None:
-                    entry = _entry(values)
-                for t in targets:
-                    self._add(route.consumer, t, component, stream, entry, meta)
+                continue
+            if entry is None:
+                entry = values
+                for v in values:
+                    if type(v) not in _IMMUTABLE:
+                        entry = dumps(values)
+                        break
+            for t in targets:
+                self._add(route.consumer, t, component, stream, entry, meta)
 
     def _emit_tracked(self, component: str, task: int, stream: str, values: list[Any],
                       fields: Fields, anchors: Sequence[Tuple], routes: list[_Route]) -> None:

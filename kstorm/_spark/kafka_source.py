@@ -52,7 +52,7 @@ from kstorm._kafka_offsets import (
     split_ranges,
     to_json,
 )
-from kstorm._spark.worker_gc import freeze_imports
+from kstorm._spark.gc_control import freeze_imports
 from kstorm.acking.replay import ATTEMPT_COLUMN, NOW_COLUMN, SpoutBook, read_marks
 from kstorm.acking.replay import marks as acking_marks
 from kstorm.errors import ConfigError

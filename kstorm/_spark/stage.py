@@ -25,7 +25,7 @@ from kstorm._spark.envelope import (
     split_for,
     to_arrow,
 )
-from kstorm._spark.worker_gc import freeze_imports
+from kstorm._spark.gc_control import freeze_imports
 from kstorm.topology import StormTopology
 
 METRICS_DEST = "__metrics"

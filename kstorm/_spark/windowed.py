@@ -69,7 +69,7 @@ class WindowStageRunner:
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from kstorm._spark.envelope import to_arrow
-        from kstorm._spark.worker_gc import freeze_imports
+        from kstorm._spark.gc_control import freeze_imports
 
         freeze_imports()
         stage = self.ctx.plan.stages[self.ctx.stage_index]

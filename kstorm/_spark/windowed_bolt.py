@@ -30,6 +30,7 @@ import pyarrow as pa
 
 from kstorm._executor import Outgoing, StageExecutor
 from kstorm._spark.envelope import bad_input, envelope_tuples, raw_tuples, split_for, to_arrow
+from kstorm._spark.gc_control import freeze_imports
 from kstorm._spark.stage import (
     METRICS_DEST,
     StageContext,
@@ -39,7 +40,6 @@ from kstorm._spark.stage import (
     _policy,
     typed_rows,
 )
-from kstorm._spark.worker_gc import freeze_imports
 from kstorm._window_store import PersistentTuples, PersistentWindow
 from kstorm._windowed import WindowedTask
 from kstorm.tuple import Tuple
