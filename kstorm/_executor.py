@@ -313,18 +313,10 @@ class StageExecutor:
                 break
         entry: list[Any] | bytes | None = None
         for route in routes:
-            if route.one >= 0:
-                targets: Sequence[int] = (
-                    stable_hash_one(values[route.one]) % route.parallelism,)
-            else:
-                h = (stable_hash([values[i] for i in route.positions])
-                     if route.positions is not None else None)
-                targets = task_for(route.grouping, route.parallelism, h,
-                                   self.partition if route.fused else task)
             if route.fused:
                 tup = Tuple(values, fields, component, stream, source_task=task)
                 tup._ids = meta
-                for t in targets:
+                for t in self._targets(route, values, self.partition):
                     self._deliver(route.consumer, t, tup)
                 continue
             if entry is None:
@@ -333,8 +325,21 @@ class StageExecutor:
                     if type(v) not in _IMMUTABLE:
                         entry = dumps(values)
                         break
-            for t in targets:
-                self._add(route.consumer, t, component, stream, entry, meta)
+            if route.one >= 0:  # fields grouping on one field, the usual case
+                self._add(route.consumer,
+                          stable_hash_one(values[route.one]) % route.parallelism,
+                          component, stream, entry, meta)
+            else:
+                for t in self._targets(route, values, task):
+                    self._add(route.consumer, t, component, stream, entry, meta)
+
+    @staticmethod
+    def _targets(route: _Route, values: list[Any], partition: int) -> list[int]:
+        if route.one >= 0:
+            return [stable_hash_one(values[route.one]) % route.parallelism]
+        h = (stable_hash([values[i] for i in route.positions])
+             if route.positions is not None else None)
+        return task_for(route.grouping, route.parallelism, h, partition)
 
     def _emit_tracked(self, component: str, task: int, stream: str, values: list[Any],
                       fields: Fields, anchors: Sequence[Tuple], routes: list[_Route]) -> None:
