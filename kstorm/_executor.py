@@ -16,7 +16,7 @@ import copy
 import pickle
 import traceback
 import zlib
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -221,7 +221,8 @@ class StageExecutor:
         self._queued_bytes = 0  # bytes of the values pickled at emit in _groups
         self._plans: dict[str, dict[str, _EmitPlan]] = {}  # component -> stream -> plan
         self._order: list[tuple[str, int, str, str]] | None = None  # per-tuple view: emits
-        self.counters: Counter[str] = Counter()
+        # a defaultdict: Counter's item access is ~2x slower, three times per tuple
+        self.counters: defaultdict[str, int] = defaultdict(int)
         members = self.stage.bolts or [self.stage.head]
         self._routes = {c: self._routes_of(c) for c in members}
         # Reliability (at-least-once): anchoring of this partition's tuples, and the acker

@@ -166,7 +166,7 @@ class CommitPhase:
                 fields = comps[src].streams[stream]
                 values = unpack_values(vals)
                 for v, m in zip(values, unpack_metas(meta, len(values)), strict=True):
-                    t = Tuple(v, fields, src, stream)
+                    t = Tuple._received(v, fields, src, stream)
                     t._ids = m
                     out.append(t)
         return out

@@ -52,13 +52,14 @@ def envelope_tuples(batch: pa.RecordBatch, topology: StormTopology) -> Iterator[
     for task, src, stream, v, meta in zip(tasks, srcs, streams, vals, metas, strict=True):
         fields = comps[src].streams[stream]
         values = unpack_values(v)
+        received = Tuple._received
         if meta is None:
             for tuple_values in values:
-                yield task, Tuple(tuple_values, fields, src, stream)
+                yield task, received(tuple_values, fields, src, stream)
             continue
         for tuple_values, tuple_meta in zip(values, unpack_metas(meta, len(values)),
                                             strict=True):
-            tup = Tuple(tuple_values, fields, src, stream)
+            tup = received(tuple_values, fields, src, stream)
             tup._ids = tuple_meta
             yield task, tup
 
