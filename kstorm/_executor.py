@@ -336,6 +336,7 @@ class StageExecutor:
 
     @staticmethod
     def _targets(route: _Route, values: list[Any], partition: int) -> list[int]:
+        """The consumer's tasks for one tuple (``partition``: where a shuffle keeps it)."""
         if route.one >= 0:
             return [stable_hash_one(values[route.one]) % route.parallelism]
         h = (stable_hash([values[i] for i in route.positions])
@@ -348,14 +349,7 @@ class StageExecutor:
         tracked = [a._ids for a in anchors if isinstance(a._ids, TrackedTuple)]
         entry: list[Any] | bytes | None = None
         for route in routes:
-            if route.one >= 0:
-                targets: Sequence[int] = (
-                    stable_hash_one(values[route.one]) % route.parallelism,)
-            else:
-                h = (stable_hash([values[i] for i in route.positions])
-                     if route.positions is not None else None)
-                targets = task_for(route.grouping, route.parallelism, h,
-                                   self.partition if route.fused else task)
+            targets = self._targets(route, values, self.partition if route.fused else task)
             if route.fused:
                 for t in targets:
                     tup = Tuple(values, fields, component, stream, source_task=task)
