@@ -518,8 +518,9 @@ def reading(r: dict[str, Any], profile: dict[str, Any] | None) -> list[str]:
             return f"{sum(v for k, v in share.items() if k.startswith(prefix)):.0%}"
 
         out += [f"  Of the Python samples, kstorm's executor takes {pct('kstorm executor')} "
-                "(a Tuple object per input, a stable hash of the grouping field and a pickle "
-                "of the values per emitted tuple into its envelope row, anchoring and ack "
+                "(a Tuple object per input, routing and a stable hash of the grouping field "
+                "per emitted tuple, pickling the packed envelope rows (one per destination "
+                "task, many tuples each), anchoring and ack "
                 f"bookkeeping), the bolts' own code {pct('bolt code')}, Arrow/pandas "
                 f"conversion {pct('Arrow')}, the Spark worker protocol {pct('Spark Python')} "
                 f"and its gc.collect() after every task {pct('pyspark daemon')}, the driver's "

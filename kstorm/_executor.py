@@ -13,12 +13,14 @@ prepared on the task's first tuple and ``finish_batch`` / ``cleanup`` run after 
 from __future__ import annotations
 
 import copy
+import io
 import pickle
 import traceback
 import zlib
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, NamedTuple
 
 from kstorm._ids import ACKER_COMPONENT, DEAD_LETTER_STREAM
@@ -37,10 +39,13 @@ from kstorm.bolt import (
 )
 from kstorm.component import TopologyContext
 from kstorm.errors import FailedException, TopologyError
+from kstorm.grouping import GroupingKind
 from kstorm.state import KeyValueState
 from kstorm.topology import StormTopology
 from kstorm.tuple import Fields, Tuple
 
+ROW_TUPLES = 16_384      # a stage sends its queued tuples once it holds this many...
+ROW_BYTES = 8 << 20      # ... or this many bytes of values pickled at emit
 CAPTURE_DEST = "__capture"  # every emitted tuple, when kstorm.capture.emitted is set (testing)
 DEAD_LETTER_FIELDS = Fields("component", "stream", "error_type", "message", "values",
                             "topic", "partition", "offset", "raw")
@@ -57,21 +62,83 @@ class Outgoing(NamedTuple):
     meta: bytes | None
 
 
+class Packed(NamedTuple):
+    """Tuples leaving the stage for task ``task`` of bolt/sink ``dest``, packed in one row.
+
+    ``values`` is :func:`pack` of the tuples' values, in emit order; ``meta`` is ``None``
+    when no tuple carries anchor bookkeeping, else the pickled list of each tuple's
+    :attr:`Outgoing.meta`. One row carries many tuples: Spark moves, shuffles and converts
+    rows, so the fewer the cheaper (see :func:`unpack_values`).
+    """
+
+    dest: str
+    task: int
+    src: str
+    stream: str
+    values: bytes
+    meta: bytes | None
+
+
 def stable_hash(values: Sequence[Any]) -> int:
     """A hash of field values that is the same in every process (unlike ``hash()``).
 
-    CRC-32 of the values' pickle, then MurmurHash3's 32-bit finalizer: CRC-32 is linear, so
-    keys differing in a few bits (``"k0"``, ``"k1"``, ...) share their low bits, and a
-    fields grouping (``hash mod parallelism``) sent 8 of ``k0``..``k9`` to one of 2 tasks.
-    Changing this function moves keys between tasks, which splits stateful bolts' state
-    kept in existing checkpoints: it is pinned by a test.
+    Fields grouping routes a tuple to task ``stable_hash(grouping values) % tasks``, so a
+    change moves keys between tasks (stateful bolts' state in existing checkpoints would be
+    split): it is pinned by a test. It is CRC-32 of the values pickled *without pickle's
+    memo* -- with it, ``("a", "a")`` holding one string object twice pickles differently
+    from two equal strings, and the same key could go to two tasks -- then MurmurHash3's
+    32-bit finalizer: CRC-32 is linear, so keys differing in a few bits (``"k0"``,
+    ``"k1"``, ...) shared their low bits, and 8 of ``k0``..``k9`` went to one of 2 tasks.
+
+    Example:
+        >>> stable_hash(["cat", 1])
+        1554906866
     """
-    h = zlib.crc32(pickle.dumps(tuple(values), protocol=5))
+    return _mix(zlib.crc32(canonical_bytes(values)))
+
+
+def canonical_bytes(values: Sequence[Any]) -> bytes:
+    """``values`` pickled without the memo: equal values, equal bytes, whatever the objects."""
+    buf = io.BytesIO()
+    pickler = pickle.Pickler(buf, protocol=5)
+    pickler.fast = True  # no memo (values are never self-referential)
+    pickler.dump(tuple(values))
+    return buf.getvalue()
+
+
+def _mix(h: int) -> int:
+    """MurmurHash3's fmix32: every input bit affects every output bit."""
     h ^= h >> 16
     h = (h * 0x85EBCA6B) & 0xFFFFFFFF
     h ^= h >> 13
     h = (h * 0xC2B2AE35) & 0xFFFFFFFF
     return h ^ (h >> 16)
+
+
+_HASHES: dict[Any, int] = {}  # exact str / int value -> stable_hash([value])
+_HASHES_MAX = 1 << 16
+
+
+def stable_hash_one(value: Any) -> int:
+    """``stable_hash([value])``, remembered for ``str`` and ``int`` values (grouping keys repeat).
+
+    Only exact ``str`` and ``int`` are remembered: equal values of those types pickle to the
+    same bytes (``1 == 1.0 == True`` pickle differently, but are never both cached).
+
+    Example:
+        >>> stable_hash_one("cat") == stable_hash(["cat"])
+        True
+    """
+    kind = type(value)
+    if kind is not str and kind is not int:
+        return stable_hash((value,))
+    h = _HASHES.get(value)
+    if h is None:
+        h = stable_hash((value,))
+        if len(_HASHES) >= _HASHES_MAX:
+            _HASHES.clear()
+        _HASHES[value] = h
+    return h
 
 
 def dumps(values: Sequence[Any]) -> bytes:
@@ -81,6 +148,51 @@ def dumps(values: Sequence[Any]) -> bytes:
 
 loads = pickle.loads
 
+# Values of these types cannot change after an emit, so a packed row may pickle them later
+# (with the rest of its row); other values are pickled at once, as a bolt may reuse them.
+_IMMUTABLE = frozenset({str, int, float, bool, bytes, type(None)})
+_NO_PLANS: dict[str, Any] = {}
+
+
+def _entry(values: list[Any]) -> list[Any] | bytes:
+    """What a packed row holds for one tuple: its values, or their pickle if any may mutate."""
+    for v in values:
+        if type(v) not in _IMMUTABLE:
+            return dumps(values)
+    return values
+
+
+def pack(entries: list[list[Any] | bytes]) -> bytes:
+    """The ``__vals`` of a packed row: tuples' values (lists, or :func:`dumps` bytes).
+
+    Example:
+        >>> unpack_values(pack([["cat", 1], dumps([["a"], 2])]))
+        [['cat', 1], [['a'], 2]]
+    """
+    return pickle.dumps(entries, protocol=5)
+
+
+def unpack_values(blob: bytes) -> list[list[Any]]:
+    """The values of each tuple of a packed row, in emit order."""
+    return [e if type(e) is list else loads(e) for e in loads(blob)]
+
+
+def unpack_metas(blob: bytes | None, n: int) -> list[bytes | None]:
+    """The meta of each of the ``n`` tuples of a packed row."""
+    return [None] * n if blob is None else loads(blob)
+
+
+def unpacked(rows: Iterable[Outgoing | Packed]) -> Iterator[Outgoing]:
+    """Rows with each packed row expanded into one :class:`Outgoing` per tuple."""
+    for row in rows:
+        if isinstance(row, Packed):
+            values = unpack_values(row.values)
+            metas = unpack_metas(row.meta, len(values))
+            for v, m in zip(values, metas, strict=True):
+                yield Outgoing(row.dest, row.task, row.src, row.stream, dumps(v), m)
+        else:
+            yield row
+
 
 class _Route(NamedTuple):
     consumer: str
@@ -89,6 +201,14 @@ class _Route(NamedTuple):
     parallelism: int      # the consumer's tasks
     positions: list[int] | None  # grouping fields' positions (fields grouping only)
     to_driver: bool = False  # a sink: processed in the batch's commit phase, never anchored
+    one: int = -1         # fields grouping on one field: its position (a faster hash)
+
+
+class _EmitPlan(NamedTuple):
+    fields: Fields
+    routes: list[_Route]
+    counter: str          # "<component>.emitted"
+    n_fields: int
 
 
 @dataclass
@@ -97,6 +217,7 @@ class _Task:
     collector: OutputCollector
     basic: BasicOutputCollector | None
     context: TopologyContext
+    executed: str  # its counter: "<component>.executed"
 
 
 class StageExecutor:
@@ -118,8 +239,14 @@ class StageExecutor:
                                                         "dead-letter")
         self._capture = bool(conf.get("kstorm.capture.emitted"))
         self._tasks: dict[tuple[str, int], _Task] = {}
-        self._out: list[Outgoing] = []
-        self.counters: Counter[str] = Counter()
+        self._out: list[Outgoing] = []   # rows that are not tuples for a bolt/sink
+        self._groups: dict[tuple[str, int, str, str], list[Any]] = {}  # -> [entries, metas]
+        self._queued = 0        # tuples in _groups
+        self._queued_bytes = 0  # bytes of the values pickled at emit in _groups
+        self._plans: dict[str, dict[str, _EmitPlan]] = {}  # component -> stream -> plan
+        self._order: list[tuple[str, int, str, str]] | None = None  # per-tuple view: emits
+        # a defaultdict: Counter's item access is ~2x slower, three times per tuple
+        self.counters: defaultdict[str, int] = defaultdict(int)
         members = self.stage.bolts or [self.stage.head]
         self._routes = {c: self._routes_of(c) for c in members}
         # Reliability (at-least-once): anchoring of this partition's tuples, and the acker
@@ -145,14 +272,16 @@ class StageExecutor:
                     continue  # that stage reads this spout's raw rows itself
                 positions = ([fields.index(f) for f in grouping.fields]
                              if grouping.fields is not None else None)
+                one = (positions[0] if grouping.kind is GroupingKind.FIELDS
+                       and positions is not None and len(positions) == 1 else -1)
                 routes.setdefault(stream, []).append(_Route(
                     consumer, grouping, where == self.stage.index,
                     self.topology.components[consumer].parallelism, positions,
-                    where == DRIVER))
+                    where == DRIVER, one))
         return routes
 
-    def _emit(self, component: str, task: int, stream: str, values: list[Any],
-              anchors: Sequence[Tuple]) -> None:
+    def _emit_plan(self, component: str, stream: str) -> _EmitPlan:
+        """What every emit of ``component`` on ``stream`` needs, computed on its first emit."""
         spec = self.topology.components[component]
         fields = spec.streams.get(stream)
         if fields is None:
@@ -161,46 +290,90 @@ class StageExecutor:
                                 f"it declares {sorted(spec.streams)}"
             )
             raise TopologyError(msg)
-        if len(values) != len(fields):
+        found = _EmitPlan(fields, self._routes[component].get(stream, []),
+                          f"{component}.emitted", len(fields))
+        self._plans.setdefault(component, {})[stream] = found
+        return found
+
+    def _add(self, dest: str, task: int, src: str, stream: str, entry: list[Any] | bytes,
+             meta: bytes | None) -> None:
+        """Queue one tuple for the packed row of ``(dest, task, src, stream)``."""
+        key = (dest, task, src, stream)
+        group = self._groups.get(key)
+        if group is None:
+            group = self._groups[key] = [[], None]
+        entries = group[0]
+        if meta is not None and group[1] is None:
+            group[1] = [None] * len(entries)
+        entries.append(entry)
+        if group[1] is not None:
+            group[1].append(meta)
+        self._queued += 1
+        if self._order is not None:
+            self._order.append(key)
+        if type(entry) is bytes:
+            self._queued_bytes += len(entry)
+
+    def _emit(self, component: str, task: int, stream: str, values: list[Any],
+              anchors: Sequence[Tuple]) -> None:
+        plan = self._plans.get(component, _NO_PLANS).get(stream)
+        fields, routes, counter, n_fields = plan or self._emit_plan(component, stream)
+        if len(values) != n_fields:
             msg = (
                 f"bolt {component!r} emitted {len(values)} values on stream "
                                 f"{stream!r}, which declares {len(fields)} fields "
                                 f"{fields.to_list()}: {values!r}"
             )
             raise TopologyError(msg)
-        self.counters[f"{component}.emitted"] += 1
-        packed: bytes | None = None
+        self.counters[counter] += 1
         if self._capture:
-            packed = dumps(values)
-            self._out.append(Outgoing(CAPTURE_DEST, 0, component, stream, packed, None))
+            self._out.append(Outgoing(CAPTURE_DEST, 0, component, stream, dumps(values), None))
         if self._acking is not None:
-            self._emit_tracked(component, task, stream, values, fields, anchors, packed)
+            self._emit_tracked(component, task, stream, values, fields, anchors, routes)
             return
-        meta = _meta_of(anchors)
-        for route in self._routes[component].get(stream, ()):
-            h = (stable_hash([values[i] for i in route.positions])
-                 if route.positions is not None else None)
-            targets = task_for(route.grouping, route.parallelism, h,
-                               self.partition if route.fused else task)
+        meta = None
+        for a in anchors:
+            if a._ids is not None:
+                meta = _meta_of(anchors)
+                break
+        entry: list[Any] | bytes | None = None
+        for route in routes:
             if route.fused:
                 tup = Tuple(values, fields, component, stream, source_task=task)
                 tup._ids = meta
-                for t in targets:
+                for t in self._targets(route, values, self.partition):
                     self._deliver(route.consumer, t, tup)
+                continue
+            if entry is None:
+                entry = values
+                for v in values:
+                    if type(v) not in _IMMUTABLE:
+                        entry = dumps(values)
+                        break
+            if route.one >= 0:  # fields grouping on one field, the usual case
+                self._add(route.consumer,
+                          stable_hash_one(values[route.one]) % route.parallelism,
+                          component, stream, entry, meta)
             else:
-                packed = packed if packed is not None else dumps(values)
-                self._out.extend(Outgoing(route.consumer, t, component, stream, packed, meta)
-                                 for t in targets)
+                for t in self._targets(route, values, task):
+                    self._add(route.consumer, t, component, stream, entry, meta)
+
+    @staticmethod
+    def _targets(route: _Route, values: list[Any], partition: int) -> list[int]:
+        """The consumer's tasks for one tuple (``partition``: where a shuffle keeps it)."""
+        if route.one >= 0:
+            return [stable_hash_one(values[route.one]) % route.parallelism]
+        h = (stable_hash([values[i] for i in route.positions])
+             if route.positions is not None else None)
+        return task_for(route.grouping, route.parallelism, h, partition)
 
     def _emit_tracked(self, component: str, task: int, stream: str, values: list[Any],
-                      fields: Fields, anchors: Sequence[Tuple], packed: bytes | None) -> None:
+                      fields: Fields, anchors: Sequence[Tuple], routes: list[_Route]) -> None:
         """``_emit`` with anchoring: each copy sent to a task is a new tuple of the trees."""
         tracked = [a._ids for a in anchors if isinstance(a._ids, TrackedTuple)]
-        for route in self._routes[component].get(stream, ()):
-            h = (stable_hash([values[i] for i in route.positions])
-                 if route.positions is not None else None)
-            targets = task_for(route.grouping, route.parallelism, h,
-                               self.partition if route.fused else task)
+        entry: list[Any] | bytes | None = None
+        for route in routes:
+            targets = self._targets(route, values, self.partition if route.fused else task)
             if route.fused:
                 for t in targets:
                     tup = Tuple(values, fields, component, stream, source_task=task)
@@ -208,14 +381,15 @@ class StageExecutor:
                         tup._ids = self._anchors.receive(self._anchors.emit(tracked))
                     self._deliver(route.consumer, t, tup)
                 continue
-            packed = packed if packed is not None else dumps(values)
+            if entry is None:
+                entry = _entry(values)
             for t in targets:
                 meta = None
                 if tracked and not route.to_driver:  # sinks commit with the batch: no edge
                     ids = self._anchors.emit(tracked)
                     if ids.is_anchored:
                         meta = pickle.dumps(dict(ids.anchors_to_ids), protocol=5)
-                self._out.append(Outgoing(route.consumer, t, component, stream, packed, meta))
+                self._add(route.consumer, t, component, stream, entry, meta)
 
     def _track_input(self, tup: Tuple) -> None:
         """Give an arriving tuple its place in its trees (a spout tuple starts one)."""
@@ -276,20 +450,20 @@ class StageExecutor:
         windowed = bool(getattr(bolt, "is_windowed_bolt", False))
         collector_type = _windowed_collector() if windowed else OutputCollector
         if self._acking is None:
+            counters, acked, failed = self.counters, f"{component}.acked", f"{component}.failed"
+
             def on_ack(t: Tuple) -> None:
-                self.counters.update([f"{component}.acked"])
+                counters[acked] += 1
 
             def on_fail(t: Tuple) -> None:
-                self.counters.update([f"{component}.failed"])
+                counters[failed] += 1
         else:
             def on_ack(t: Tuple) -> None:
                 self._acked(component, t)
 
             def on_fail(t: Tuple) -> None:
                 self._failed(component, t)
-        collector = collector_type(
-            lambda stream, values, anchors: self._emit(component, task, stream, values, anchors),
-            on_ack, on_fail)
+        collector = collector_type(partial(self._emit, component, task), on_ack, on_fail)
         conf = {**self.conf, **spec.conf}
         basic = None
         if isinstance(bolt, BaseBasicBolt):
@@ -309,13 +483,13 @@ class StageExecutor:
                 msg = f"stateful bolt {component!r} has no state provider"
                 raise TopologyError(msg)
             bolt.init_state(self._state_for(component, task))
-        found = _Task(bolt, collector, basic, context)
+        found = _Task(bolt, collector, basic, context, f"{component}.executed")
         self._tasks[key] = found
         return found
 
     def _deliver(self, component: str, task: int, tup: Tuple) -> None:
-        t = self._task(component, task)
-        self.counters[f"{component}.executed"] += 1
+        t = self._tasks.get((component, task)) or self._task(component, task)
+        self.counters[t.executed] += 1
         try:
             if t.basic is not None:
                 run_basic(t.bolt, t.basic, t.collector, tup)
@@ -376,10 +550,50 @@ class StageExecutor:
                                   dumps(values), None))
 
     def process(self, tuples: Iterable[tuple[int, Tuple]]) -> Iterator[Outgoing]:
-        """Execute the stage's head bolt on ``(task, tuple)`` pairs; yields what leaves."""
+        """Execute the stage's head bolt on ``(task, tuple)`` pairs; yields what leaves.
+
+        One :class:`Outgoing` per tuple, in emit order (:meth:`process_rows` packs them).
+        """
+        if self._order is None:
+            self._order = []
+        return self._in_emit_order(self.process_rows(tuples))
+
+    def finish(self) -> Iterator[Outgoing]:
+        """:meth:`finish_rows`, one :class:`Outgoing` per tuple, in emit order."""
+        if self._order is None:
+            self._order = []
+        return self._in_emit_order(self.finish_rows())
+
+    def _in_emit_order(self, rows: Iterable[Outgoing | Packed]) -> Iterator[Outgoing]:
+        """Packed rows as one :class:`Outgoing` per tuple, in the order they were emitted."""
+        tuples: dict[tuple[str, int, str, str], list[Outgoing]] = {}
+        for row in rows:
+            if isinstance(row, Packed):
+                tuples.setdefault((row.dest, row.task, row.src, row.stream), []).extend(
+                    unpacked([row]))
+            else:
+                yield row
+        order, self._order = self._order or [], []
+        recorded = Counter(order)
+        sent: Counter[tuple[str, int, str, str]] = Counter()
+        for key, rows_of_key in tuples.items():  # emitted before the view was asked for
+            sent[key] = len(rows_of_key) - recorded[key]
+            yield from rows_of_key[:sent[key]]
+        for key in order:
+            yield tuples[key][sent[key]]
+            sent[key] += 1
+
+    def process_rows(self, tuples: Iterable[tuple[int, Tuple]]
+                     ) -> Iterator[Outgoing | Packed]:
+        """Execute the stage's head bolt on ``(task, tuple)`` pairs; yields envelope rows.
+
+        Tuples for bolts and sinks leave as :class:`Packed` rows (many tuples per task and
+        destination); dead letters, captures and acker messages as :class:`Outgoing` rows.
+        """
         head = self.stage.head
         source = self.stage.is_source
         tracking = self._acking is not None
+        deliver = self._deliver
         for task, tup in tuples:
             if tracking:
                 self._track_input(tup)
@@ -388,12 +602,13 @@ class StageExecutor:
                 if tracking and isinstance(tup._ids, TrackedTuple):
                     self._outbox.extend(self._anchors.ack(tup._ids))
             else:
-                self._deliver(head, task, tup)
-            if len(self._out) >= 4096:
+                deliver(head, task, tup)
+            if (self._queued >= ROW_TUPLES or self._queued_bytes >= ROW_BYTES
+                    or len(self._out) >= 4096):
                 yield from self._drain()
         yield from self._drain()
 
-    def finish(self) -> Iterator[Outgoing]:
+    def finish_rows(self) -> Iterator[Outgoing | Packed]:
         """End of this partition's batch: ``finish_batch``, then ``cleanup``; upstream first."""
         for component in self.stage.bolts:
             for (c, _), t in list(self._tasks.items()):
@@ -411,8 +626,13 @@ class StageExecutor:
             self._out.extend(self._acker_rows())
         yield from self._drain()
 
-    def _drain(self) -> Iterator[Outgoing]:
-        out, self._out = self._out, []
+    def _drain(self) -> Iterator[Outgoing | Packed]:
+        out: list[Outgoing | Packed] = [
+            Packed(dest, task, src, stream, pack(entries),
+                   None if metas is None else pickle.dumps(metas, protocol=5))
+            for (dest, task, src, stream), (entries, metas) in self._groups.items()]
+        out.extend(self._out)
+        self._out, self._groups, self._queued, self._queued_bytes = [], {}, 0, 0
         return iter(out)
 
 

@@ -39,7 +39,12 @@ class OutputCollector:
     def emit(self, values: Sequence[Any], anchors: Anchors = None, *,
              stream: str = DEFAULT_STREAM) -> None:
         """Emit ``values`` on ``stream``, anchored to ``anchors`` (none: unanchored)."""
-        self._emit(stream, list(values), _anchor_list(anchors))
+        if anchors is None:
+            self._emit(stream, list(values), ())
+        elif type(anchors) is Tuple:
+            self._emit(stream, list(values), (anchors,))
+        else:
+            self._emit(stream, list(values), _anchor_list(anchors))
 
     def ack(self, tuple_: Tuple) -> None:
         """Mark ``tuple_`` fully processed by this bolt."""

@@ -8,6 +8,7 @@ from typing import Any
 from kstorm.errors import FieldError, TopologyError
 
 DEFAULT_STREAM = "default"
+_new = object.__new__
 
 
 class Fields(Sequence[str]):
@@ -108,6 +109,20 @@ class Tuple:
         self.message_id = message_id
         self.source_task = source_task
         self._ids: Any = None  # reliability bookkeeping (anchors), owned by the runtime
+
+    @classmethod
+    def _received(cls, values: list[Any], fields: Fields, source_component: str,
+                  source_stream: str) -> Tuple:
+        """A tuple the runtime received: ``values`` is its own new list, used as is (no copy)."""
+        t = _new(cls)
+        t.values = values
+        t.fields = fields
+        t.source_component = source_component
+        t.source_stream = source_stream
+        t.message_id = None
+        t.source_task = 0
+        t._ids = None
+        return t
 
     def __len__(self) -> int:
         return len(self.values)

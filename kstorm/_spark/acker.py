@@ -32,6 +32,7 @@ from kstorm._executor import Outgoing
 from kstorm._ids import ACKER_COMPONENT
 from kstorm._plan import AckingPlan
 from kstorm._spark.envelope import ENVELOPE_DDL, ENVELOPE_SCHEMA, to_arrow
+from kstorm._spark.gc_control import freeze_imports
 from kstorm.acking.acker import run_acker_batch, stale_roots
 from kstorm.acking.ledger import AckerEntry
 from kstorm.acking.outbox import NO_TASK
@@ -95,6 +96,7 @@ def acker_processor(ctx: AckerContext) -> Any:
 
     class AckerProcessor(StatefulProcessor):
         def init(self, handle: Any) -> None:
+            freeze_imports()
             self._roots = handle.getMapState(
                 "roots", "root long", "task int, ack_val long, created long, failed boolean")
             self._meta = handle.getValueState("meta", "pending long, oldest long")

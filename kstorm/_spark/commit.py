@@ -40,11 +40,12 @@ import pyarrow.compute as pc
 
 from kstorm._clocks import without_clocks
 from kstorm._deadletter import DeadLetterWriter, as_record
-from kstorm._executor import CAPTURE_DEST
+from kstorm._executor import CAPTURE_DEST, unpack_metas, unpack_values
 from kstorm._ids import DEAD_LETTER_STREAM
 from kstorm._progress import Progress
 from kstorm._reliability import SpoutReliability, batch_marks
 from kstorm._spark.acker import ACKER_EVENTS
+from kstorm._spark.gc_control import paused
 from kstorm._spark.stage import METRICS_DEST
 from kstorm._spark.windowed import window_dest
 from kstorm._spark.windowed_bolt import STATE_DEST, state_key
@@ -161,13 +162,17 @@ class CommitPhase:
     def _tuples(self, rows: pa.Table) -> list[Tuple]:
         comps = self.topology.components
         out = []
-        for src, stream, vals, meta in zip(rows.column("__src").to_pylist(),
-                                           rows.column("__stream").to_pylist(),
-                                           rows.column("__vals").to_pylist(),
-                                           rows.column("__meta").to_pylist(), strict=True):
-            t = Tuple(pickle.loads(vals), comps[src].streams[stream], src, stream)
-            t._ids = meta
-            out.append(t)
+        with paused():  # many objects, all kept: collections would only walk the heap
+            for src, stream, vals, meta in zip(rows.column("__src").to_pylist(),
+                                               rows.column("__stream").to_pylist(),
+                                               rows.column("__vals").to_pylist(),
+                                               rows.column("__meta").to_pylist(), strict=True):
+                fields = comps[src].streams[stream]
+                values = unpack_values(vals)
+                for v, m in zip(values, unpack_metas(meta, len(values)), strict=True):
+                    t = Tuple._received(v, fields, src, stream)
+                    t._ids = m
+                    out.append(t)
         return out
 
     def close(self) -> None:

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import pickle
 from collections.abc import Iterator, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kstorm._executor import Outgoing
+from kstorm._executor import Outgoing, Packed, unpack_metas, unpack_values
 from kstorm.acking.replay import ATTEMPT_COLUMN, NOW_COLUMN
 from kstorm.errors import SerdeError
 from kstorm.topology import StormTopology
@@ -27,8 +26,8 @@ ENVELOPE_DDL = ("__dest string, __task int, __src string, __stream string, "
 KAFKA_ID_COLUMNS = ("topic", "partition", "offset")
 
 
-def to_arrow(rows: Sequence[Outgoing]) -> pa.RecordBatch:
-    """Pack outgoing tuples into one envelope batch."""
+def to_arrow(rows: Sequence[Outgoing | Packed]) -> pa.RecordBatch:
+    """Put envelope rows into one Arrow batch."""
     cols = list(zip(*rows, strict=True)) if rows else [[] for _ in ENVELOPE_SCHEMA]
     return pa.RecordBatch.from_arrays(
         [pa.array(c, type=f.type) for c, f in zip(cols, ENVELOPE_SCHEMA, strict=True)],
@@ -43,7 +42,7 @@ def split_for(batch: pa.RecordBatch, head: str) -> tuple[pa.RecordBatch, pa.Reco
 
 
 def envelope_tuples(batch: pa.RecordBatch, topology: StormTopology) -> Iterator[tuple[int, Tuple]]:
-    """``(task, Tuple)`` for each envelope row (all addressed to the same bolt)."""
+    """``(task, Tuple)`` for each tuple of the envelope rows (packed rows, all for one bolt)."""
     tasks = batch.column("__task").to_pylist()
     srcs = batch.column("__src").to_pylist()
     streams = batch.column("__stream").to_pylist()
@@ -51,9 +50,18 @@ def envelope_tuples(batch: pa.RecordBatch, topology: StormTopology) -> Iterator[
     metas = batch.column("__meta").to_pylist()
     comps = topology.components
     for task, src, stream, v, meta in zip(tasks, srcs, streams, vals, metas, strict=True):
-        tup = Tuple(pickle.loads(v), comps[src].streams[stream], src, stream)
-        tup._ids = meta
-        yield task, tup
+        fields = comps[src].streams[stream]
+        values = unpack_values(v)
+        received = Tuple._received
+        if meta is None:
+            for tuple_values in values:
+                yield task, received(tuple_values, fields, src, stream)
+            continue
+        for tuple_values, tuple_meta in zip(values, unpack_metas(meta, len(values)),
+                                            strict=True):
+            tup = received(tuple_values, fields, src, stream)
+            tup._ids = tuple_meta
+            yield task, tup
 
 
 def raw_tuples(batch: pa.RecordBatch, spout: str, topology: StormTopology, tasks: list[int]

@@ -52,6 +52,7 @@ from kstorm._kafka_offsets import (
     split_ranges,
     to_json,
 )
+from kstorm._spark.gc_control import freeze_imports
 from kstorm.acking.replay import ATTEMPT_COLUMN, NOW_COLUMN, SpoutBook, read_marks
 from kstorm.acking.replay import marks as acking_marks
 from kstorm.errors import ConfigError
@@ -266,6 +267,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """The records of one range as Arrow batches with the query's schema."""
+        freeze_imports()
         if isinstance(partition, KafkaRetryPartition):
             yield from self._read_retries(*partition.value)
             return

@@ -16,7 +16,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from kstorm._executor import Outgoing, StageExecutor
+from kstorm._executor import Outgoing, Packed, StageExecutor
 from kstorm._plan import AckingPlan, Plan
 from kstorm._spark.envelope import (
     bad_input,
@@ -25,6 +25,7 @@ from kstorm._spark.envelope import (
     split_for,
     to_arrow,
 )
+from kstorm._spark.gc_control import freeze_imports
 from kstorm.topology import StormTopology
 
 METRICS_DEST = "__metrics"
@@ -85,15 +86,15 @@ def _run(ctx: StageContext, executor: StageExecutor, batches: Iterator[pa.Record
             if others.num_rows:
                 yield others
             tuples = envelope_tuples(mine, ctx.topology)
-        yield from _packed(executor.process(tuples))
-    yield from _packed(executor.finish())
+        yield from _packed(executor.process_rows(tuples))
+    yield from _packed(executor.finish_rows())
     if executor.counters:
         counters = {"stage": ctx.stage_index, **executor.counters}
         yield to_arrow([Outgoing(METRICS_DEST, 0, stage.head, "", pickle.dumps(counters), None)])
 
 
-def _packed(outgoing: Iterator[Outgoing], size: int = 8192) -> Iterator[pa.RecordBatch]:
-    chunk: list[Outgoing] = []
+def _packed(outgoing: Iterator[Outgoing | Packed], size: int = 8192) -> Iterator[pa.RecordBatch]:
+    chunk: list[Outgoing | Packed] = []
     for row in outgoing:
         chunk.append(row)
         if len(chunk) >= size:
@@ -110,6 +111,7 @@ class StageRunner:
         self.ctx = ctx
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        freeze_imports()
         ctx = self.ctx
         partition = _partition()
         stage = ctx.plan.stages[ctx.stage_index]
@@ -177,40 +179,64 @@ class _MapStateKeyValue:
 
 
 def stateful_processor(ctx: StageContext) -> Any:
-    """A ``StatefulProcessor`` running ``ctx``'s stage for one task (grouping key) at a time."""
+    """A ``StatefulProcessor`` running ``ctx``'s stage for one task (grouping key) at a time.
+
+    Spark unpickles the processor in a new Python process when it plans a query's first
+    batch, only to call ``init`` (which declares the state). So the processor is pickled
+    without references to kstorm: ``ctx`` travels as bytes and the stage's code is
+    imported on the first ``handleInputRows``, on executors, where kstorm is loaded anyway.
+    That process then starts without importing kstorm, pyarrow and the topology's modules
+    (~0.3 s on the first batch of every query).
+    """
+    from pyspark import cloudpickle
     from pyspark.sql.streaming.stateful_processor import StatefulProcessor
+
+    packed_ctx = cloudpickle.dumps(ctx)
 
     class StatefulStage(StatefulProcessor):
         def init(self, handle: Any) -> None:
             # TWS state variables must be declared in init(); the map is scoped to the
             # grouping key, i.e. to one task of the stage's stateful head bolt.
             self._kv = handle.getMapState("kv", "k binary", "v binary")
+            self._ctx = None
 
         def handleInputRows(self, key: Any, rows: Iterator[Any], timerValues: Any
                             ) -> Iterator[Any]:
-            task = int(key[0])
-            states: list[_MapStateKeyValue] = []
+            import pickle
 
-            def state_for(component: str, _task: int) -> _MapStateKeyValue:
-                kv = _MapStateKeyValue(self._kv)
-                states.append(kv)
-                return kv
+            from kstorm._spark.stage import stateful_task
 
-            executor = StageExecutor(ctx.topology, ctx.plan, ctx.stage_index,
-                                     topology_name=ctx.topology_name, conf=ctx.conf,
-                                     batch_id=_batch_id(), partition=task,
-                                     state_for=state_for, on_bolt_error=ctx.on_bolt_error,
-                                     acking=ctx.acking)
-            batches = (typed_rows(pdf, ctx) for pdf in rows)
-            for out in _run(ctx, executor, batches, lambda b: [task] * b.num_rows):
-                yield out.to_pandas()
-            for kv in states:
-                kv.flush()
+            if self._ctx is None:
+                self._ctx = pickle.loads(packed_ctx)
+            return stateful_task(self._ctx, self._kv, int(key[0]), rows)
 
         def close(self) -> None:
             pass
 
     return StatefulStage()
+
+
+def stateful_task(ctx: StageContext, map_state: Any, task: int, rows: Iterator[Any]
+                  ) -> Iterator[Any]:
+    """The output of task ``task`` of a stateful stage, for its input ``rows`` (pandas)."""
+    freeze_imports()
+    states: list[_MapStateKeyValue] = []
+
+    def state_for(component: str, _task: int) -> _MapStateKeyValue:
+        kv = _MapStateKeyValue(map_state)
+        states.append(kv)
+        return kv
+
+    executor = StageExecutor(ctx.topology, ctx.plan, ctx.stage_index,
+                             topology_name=ctx.topology_name, conf=ctx.conf,
+                             batch_id=_batch_id(), partition=task,
+                             state_for=state_for, on_bolt_error=ctx.on_bolt_error,
+                             acking=ctx.acking)
+    batches = (typed_rows(pdf, ctx) for pdf in rows)
+    for out in _run(ctx, executor, batches, lambda b: [task] * b.num_rows):
+        yield out.to_pandas()
+    for kv in states:
+        kv.flush()
 
 
 

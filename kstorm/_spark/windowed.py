@@ -24,7 +24,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kstorm._executor import Outgoing, dumps
+from kstorm._executor import Outgoing, Packed, dumps, pack
 from kstorm._ids import DEAD_LETTER_STREAM
 from kstorm._spark.envelope import bad_input
 from kstorm._spark.stage import METRICS_DEST, StageContext
@@ -69,14 +69,16 @@ class WindowStageRunner:
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from kstorm._spark.envelope import to_arrow
+        from kstorm._spark.gc_control import freeze_imports
 
+        freeze_imports()
         stage = self.ctx.plan.stages[self.ctx.stage_index]
         component = stage.head
         spout = stage.raw_spout
         topology = self.ctx.topology
         latest: dict[Any, int] = {}
         pieces: list[pa.Table] = []
-        late_rows: list[Outgoing] = []
+        late_rows: list[Packed] = []
         dead: list[Outgoing] = []
         n_skipped = 0
         n_late = n_in = 0
@@ -109,8 +111,8 @@ class WindowStageRunner:
                 n_late += int(late.sum())
                 late_batch = batch.filter(pa.array(late))
                 for values in _late_values(late_batch, fields):
-                    late_rows.extend(Outgoing(c, 0, component, self.spec.late_stream or "",
-                                              dumps([values]), None)
+                    late_rows.extend(Packed(c, 0, component, self.spec.late_stream or "",
+                                            pack([[values]]), None)
                                      for c, _ in late_consumers)
                 batch = batch.filter(pa.array(~late))
             if batch.num_rows:

@@ -30,6 +30,7 @@ import pyarrow as pa
 
 from kstorm._executor import Outgoing, StageExecutor
 from kstorm._spark.envelope import bad_input, envelope_tuples, raw_tuples, split_for, to_arrow
+from kstorm._spark.gc_control import freeze_imports
 from kstorm._spark.stage import (
     METRICS_DEST,
     StageContext,
@@ -121,6 +122,7 @@ def windowed_processor(ctx: StageContext, spec: WindowedStageSpec) -> Any:
 
     class WindowedStage(StatefulProcessor):
         def init(self, handle: Any) -> None:
+            freeze_imports()
             self._handle = handle
             self._window = handle.getValueState("window", "blob binary")
             self._kv = handle.getMapState("kv", "k binary", "v binary")
@@ -176,7 +178,7 @@ def windowed_processor(ctx: StageContext, spec: WindowedStageSpec) -> Any:
             executor.hold(spec.component, tuples)
             out = _Output(executor, spec.component, task, spec.config.late_tuple_stream)
             windowed.process(tuples, now, out)
-            for chunk in _packed(executor.finish()):
+            for chunk in _packed(executor.finish_rows()):
                 yield _pandas(chunk)
             for kv in kvs:
                 kv.flush()

@@ -1,0 +1,148 @@
+"""Packed envelope rows: many tuples per row, the same tuples, routes and hashes as before."""
+
+import pickle
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from kstorm import BaseBasicBolt, BaseRichBolt, Fields, TopologyBuilder, Tuple
+from kstorm._executor import (
+    Packed,
+    StageExecutor,
+    dumps,
+    pack,
+    stable_hash,
+    stable_hash_one,
+    unpack_values,
+)
+from kstorm._plan import compile_plan
+from kstorm._spark.commit import CommitPhase
+from kstorm._spark.envelope import envelope_tuples, to_arrow
+from kstorm._spark.gc_control import paused
+from kstorm.testing import CaptureSink, ListSpout
+
+atoms = st.one_of(st.text(max_size=20), st.integers(), st.booleans(), st.none(),
+                  st.floats(allow_nan=False), st.binary(max_size=10))
+
+
+@given(atoms)
+def test_the_one_field_hash_is_stable_hash(value):
+    # fields grouping routes state keys with it: it must equal the pinned stable_hash
+    assert stable_hash_one(value) == stable_hash([value])
+    assert stable_hash_one(value) == stable_hash([value])  # remembered: still the same
+
+
+def test_equal_values_of_other_types_keep_their_own_hash():
+    assert stable_hash_one(1) == stable_hash([1]) != stable_hash([True])
+    assert stable_hash_one(True) == stable_hash([True])
+    assert stable_hash_one(1.0) == stable_hash([1.0])
+    assert stable_hash_one("cat") == stable_hash(["cat"])
+
+
+class Split(BaseBasicBolt):
+    def declare_output_fields(self, d):
+        d.declare(Fields("word", "extra"))
+
+    def execute(self, t, c):
+        for w in t.get_string(0).split():
+            c.emit([w, len(w)])
+
+
+class Reuse(BaseRichBolt):
+    """Emits one list value and changes it afterwards (what a bolt may do with a buffer)."""
+
+    def prepare(self, conf, context, collector):
+        self.collector, self.seen = collector, []
+
+    def declare_output_fields(self, d):
+        d.declare(Fields("word", "seen"))
+
+    def execute(self, t):
+        self.seen.append(t.get_string(0))
+        self.collector.emit([t.get_string(0), self.seen])
+
+
+def topology(bolt):
+    b = TopologyBuilder()
+    b.set_spout("lines", ListSpout([[("x",)]], Fields("sentence")))
+    b.set_bolt("split", bolt, 2).shuffle_grouping("lines")
+    b.set_bolt("count", CaptureSink(), 3).fields_grouping("split", Fields("word"))
+    return b.create_topology()
+
+
+def lines(*texts):
+    return [(0, Tuple([s], Fields("sentence"), "lines", "default", ("topic", 0, i)))
+            for i, s in enumerate(texts)]
+
+
+def run_rows(topo, texts):
+    plan = compile_plan(topo)
+    ex = StageExecutor(topo, plan, plan.stage_of["split"], topology_name="t", conf={},
+                       batch_id=1, partition=0)
+    return list(ex.process_rows(lines(*texts))) + list(ex.finish_rows())
+
+
+def test_one_row_per_task_carries_the_tuples_in_emit_order():
+    topo = topology(Split())
+    rows = [r for r in run_rows(topo, ["the cat the hippo", "cat nap"]) if r.dest == "count"]
+    assert all(isinstance(r, Packed) for r in rows)
+    assert len(rows) == len({r.task for r in rows}) <= 3
+    words = ["the", "cat", "the", "hippo", "cat", "nap"]
+    for row in rows:  # each word went to its fields-grouping task, in order
+        got = unpack_values(row.values)
+        assert got == [[w, len(w)] for w in words if stable_hash([w]) % 3 == row.task]
+    assert sum(len(unpack_values(r.values)) for r in rows) == len(words)
+
+
+def test_packed_rows_become_the_same_tuples_in_the_next_stage_and_on_the_driver():
+    topo = topology(Split())
+    rows = [r for r in run_rows(topo, ["a bb ccc", "bb"]) if r.dest == "count"]
+    batch = to_arrow(rows)
+    received = [(task, t.values, t.source_component, t.source_stream, t.fields.to_list())
+                for task, t in envelope_tuples(batch, topo)]
+    assert sorted(received) == sorted(
+        (stable_hash([w]) % 3, [w, len(w)], "split", "default", ["word", "extra"])
+        for w in ["a", "bb", "ccc", "bb"])
+    import pyarrow as pa
+
+    driver = CommitPhase.__new__(CommitPhase)
+    driver.topology = topo
+    tuples = driver._tuples(pa.Table.from_batches([batch]))
+    assert sorted(t.values for t in tuples) == sorted([w, len(w)] for w in
+                                                      ["a", "bb", "ccc", "bb"])
+
+
+def test_a_value_the_bolt_changes_after_emitting_is_sent_as_emitted():
+    topo = topology(Reuse())
+    rows = [r for r in run_rows(topo, ["one", "two"]) if r.dest == "count"]
+    sent = sorted(v for r in rows for v in unpack_values(r.values))
+    assert sent == [["one", ["one"]], ["two", ["one", "two"]]]
+
+
+def test_pack_keeps_values_and_pickled_entries():
+    blob = pack([["cat", 1, None, 2.5, b"x", True], dumps([{"a": [1]}])])
+    assert unpack_values(blob) == [["cat", 1, None, 2.5, b"x", True], [{"a": [1]}]]
+
+
+def test_paused_restores_the_collector():
+    import gc
+
+    with paused():
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with paused():
+            pass
+        assert not gc.isenabled()  # it was off: it stays off
+    finally:
+        gc.enable()
+
+
+def test_each_tuple_of_a_row_keeps_its_anchor_bookkeeping():
+    topo = topology(Split())
+    metas = [b"ids-1", None, b"ids-3"]
+    row = Packed("count", 2, "split", "default", pack([["a", 1], ["b", 1], ["c", 1]]),
+                 pickle.dumps(metas, protocol=5))
+    got = [(task, t.values, t._ids) for task, t in envelope_tuples(to_arrow([row]), topo)]
+    assert got == [(2, ["a", 1], b"ids-1"), (2, ["b", 1], None), (2, ["c", 1], b"ids-3")]
