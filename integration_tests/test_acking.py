@@ -16,8 +16,7 @@ from typing import Any
 
 import pytest
 from acking_topology import Fan, Flaky, Leaf, executions, flaky_topology
-from confluent_kafka import Consumer, KafkaError
-from confluent_kafka import TopicPartition as KafkaTopicPartition
+from kafka_read import committed, read_topic
 
 from kstorm import Fields, KafkaSpout, TopologyBuilder, submit_topology
 from kstorm._kafka import create_topic
@@ -111,25 +110,6 @@ def test_tuples_never_acked_time_out_and_are_replayed(spark, kafka, topic_name,
     assert counters["pending"] == 0
 
 
-def read_all(bootstrap: str, topic: str, timeout: float = 30.0) -> list[Any]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"read-{uuid.uuid4()}",
-                         "enable.auto.commit": False, "enable.partition.eof": True})
-    partitions = list(consumer.list_topics(topic, timeout=10).topics[topic].partitions)
-    consumer.assign([KafkaTopicPartition(topic, p, 0) for p in partitions])
-    out, pending = [], set(partitions)
-    deadline = time.monotonic() + timeout
-    try:
-        while pending and time.monotonic() < deadline:
-            for msg in consumer.consume(100, 0.2):
-                if msg.error() is None:
-                    out.append(msg)
-                elif msg.error().code() == KafkaError._PARTITION_EOF:
-                    pending.discard(msg.partition())
-    finally:
-        consumer.close()
-    return out
-
-
 def test_a_tuple_that_always_fails_goes_to_the_dead_letter_topic_after_its_retries(
         spark, kafka, topic_name, checkpoint_dir, produce, tmp_path):
     where = setup_topic(kafka, produce, topic_name)
@@ -148,7 +128,7 @@ def test_a_tuple_that_always_fails_goes_to_the_dead_letter_topic_after_its_retri
     assert all(runs[v] == 1 for v in VALUES if v != poison)
     assert Counter(v[0] for v in handle.sinks["out"].values) == Counter(
         v for v in VALUES if v != poison)
-    records = read_all(kafka.bootstrap_servers, dlq)
+    records = read_topic(kafka.bootstrap_servers, dlq)
     assert len(records) == 1
     headers = {k: v.decode() for k, v in records[0].headers()}
     partition, offset = where[poison]
@@ -164,18 +144,6 @@ def test_a_tuple_that_always_fails_goes_to_the_dead_letter_topic_after_its_retri
     assert counters["replayed"] == 2
     assert counters["acked"] == N - 1
     assert counters["pending"] == 0
-
-
-def committed(bootstrap: str, group: str, partitions: list[tuple[str, int]]
-              ) -> dict[tuple[str, int], int]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
-                         "enable.auto.commit": False})
-    try:
-        answer = consumer.committed([KafkaTopicPartition(t, p) for t, p in partitions],
-                                    timeout=10)
-    finally:
-        consumer.close()
-    return {(tp.topic, tp.partition): tp.offset for tp in answer}
 
 
 def test_group_offsets_never_pass_an_unacked_offset(spark, kafka, topic_name, checkpoint_dir,

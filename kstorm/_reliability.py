@@ -238,6 +238,22 @@ class SpoutReliability:
                 p.unlink(missing_ok=True)
 
 
+def lowest_unacked(offsets: Any, marks: bytes) -> dict[str, dict[int, int]]:
+    """``offsets`` ({topic: {partition: end}}) lowered to the stored lowest un-acked offsets.
+
+    Example:
+        >>> lowest_unacked({"t": {0: 10, 1: 4}}, b'{"s": {"t": {"0": 6}}}')
+        {'t': {0: 6, 1: 4}}
+    """
+    out = {t: dict(parts) for t, parts in offsets.items()}
+    for per_topic in json.loads(marks).values():
+        for topic, parts in per_topic.items():
+            for part, low in parts.items():
+                mine = out.setdefault(topic, {})
+                mine[int(part)] = min(int(low), mine.get(int(part), int(low)))
+    return out
+
+
 def book_of(batch_id: int, tracker: SpoutTracker,
             ends: dict[tuple[str, int], int]) -> SpoutBook:
     """The :class:`SpoutBook` of a spout after ``batch_id``."""

@@ -72,3 +72,18 @@ def from_python(
         for column, field in zip(columns, schema, strict=True)
     ]
     return DecodeResult(pa.RecordBatch.from_arrays(arrays, schema=schema), good, failures)
+
+
+def decode_each(serde: Any, values: Sequence[Any]) -> DecodeResult:
+    """Decode record by record with ``serde.deserialize``; each bad record is a failure.
+
+    The fallback of serdes whose vectorised path cannot say which record is bad.
+    """
+    rows, good, failures = [], [], []
+    for index, value in enumerate(values):
+        try:
+            rows.append(serde.deserialize(value))
+            good.append(index)
+        except SerdeError as exc:
+            failures.append(DecodeFailure(index, "DecodeError", str(exc)))
+    return from_python(serde.arrow_schema(), rows, good, failures)

@@ -9,8 +9,8 @@ from typing import Any
 import pyarrow as pa
 
 from kstorm.errors import SerdeError
-from serdes._batch import all_bytes_or_none, check_arity, check_field_name, from_python
-from serdes.base import DecodeFailure, DecodeResult
+from serdes._batch import all_bytes_or_none, check_arity, check_field_name, decode_each
+from serdes.base import DecodeResult
 
 _BYTES_LIKE = (bytes, bytearray, memoryview)
 
@@ -53,20 +53,11 @@ class BytesSerde:
     def deserialize_batch(self, values: Sequence[bytes | None]) -> DecodeResult:
         """Wrap the values in one Arrow ``binary`` column (no copy of the Python loop)."""
         if not all_bytes_or_none(values):
-            return self._slow_batch(values)
+            return decode_each(self, values)
         array = pa.array(values, type=pa.binary())
         batch = pa.RecordBatch.from_arrays([array], schema=self.arrow_schema())
         return DecodeResult(batch, list(range(len(values))))
 
-    def _slow_batch(self, values: Sequence[Any]) -> DecodeResult:
-        rows, good, failures = [], [], []
-        for index, value in enumerate(values):
-            try:
-                rows.append(self.deserialize(value))
-                good.append(index)
-            except SerdeError as exc:
-                failures.append(DecodeFailure(index, "DecodeError", str(exc)))
-        return from_python(self.arrow_schema(), rows, good, failures)
 
     def serialize(self, values: Sequence[Any]) -> bytes:
         """``values[0]`` as bytes; raises :class:`SerdeError` for anything not bytes-like."""

@@ -10,8 +10,8 @@ from typing import Any
 import pyarrow as pa
 
 from kstorm.errors import ConfigError, SerdeError
-from serdes._batch import all_bytes_or_none, check_arity, check_field_name, from_python
-from serdes.base import DecodeFailure, DecodeResult
+from serdes._batch import all_bytes_or_none, check_arity, check_field_name, decode_each
+from serdes.base import DecodeResult
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,14 +76,7 @@ class StringSerde:
             else:
                 batch = pa.RecordBatch.from_arrays([array], schema=self.arrow_schema())
                 return DecodeResult(batch, list(range(len(values))))
-        rows, good, failures = [], [], []
-        for index, value in enumerate(values):
-            try:
-                rows.append(self.deserialize(value))
-                good.append(index)
-            except SerdeError as exc:
-                failures.append(DecodeFailure(index, "DecodeError", str(exc)))
-        return from_python(self.arrow_schema(), rows, good, failures)
+        return decode_each(self, values)
 
     def serialize(self, values: Sequence[Any]) -> bytes:
         """Encode ``values[0]`` (a ``str``) with the serde's encoding."""

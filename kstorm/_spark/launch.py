@@ -80,7 +80,7 @@ def class_archive_options(spark_home: Path, cache: Path, *, record: bool = False
     +1.5-2.5 s under load 5), so only ``kstorm warm-up`` records; other sessions use the
     archive when there is one and otherwise start as usual.
     """
-    archive = cache / f"{_ARCHIVE_PREFIX}{_archive_key(spark_home)}.jsa"
+    archive = _archive_path(spark_home, cache)
     quiet = "-Xlog:cds=off -Xlog:cds+dynamic=off"
     if archive.is_file() or _claim_finished(cache, archive):
         return f"-XX:SharedArchiveFile={archive} -Xshare:auto {quiet}"
@@ -99,15 +99,11 @@ def class_archive_state(cache: Path | None = None) -> str:
 
     Looks at the archive of the Spark home this process's sessions use.
     """
-    import pyspark
-
     cache = cache or cache_dir()
     try:
-        home = os.environ.get("SPARK_HOME") or compiled_spark_home(
-            Path(pyspark.__file__).parent, cache)
-        if home is None:
+        archive = _this_process_archive(cache)
+        if archive is None:
             return "absent"
-        archive = cache / f"{_ARCHIVE_PREFIX}{_archive_key(Path(home))}.jsa"
         if archive.is_file():
             return "ready"
         if any(cache.glob(f"{archive.stem}.*.partial")):
@@ -119,18 +115,26 @@ def class_archive_state(cache: Path | None = None) -> str:
 
 def claim_recorded_archive(cache: Path | None = None) -> bool:
     """After this process's JVM has exited: name its dump the archive at once."""
-    import pyspark
-
     cache = cache or cache_dir()
     try:
-        home = os.environ.get("SPARK_HOME") or compiled_spark_home(
-            Path(pyspark.__file__).parent, cache)
-        if home is None:
-            return False
-        archive = cache / f"{_ARCHIVE_PREFIX}{_archive_key(Path(home))}.jsa"
-        return archive.is_file() or _claim_finished(cache, archive, min_age=0.0)
+        archive = _this_process_archive(cache)
+        return archive is not None and (
+            archive.is_file() or _claim_finished(cache, archive, min_age=0.0))
     except OSError:
         return False
+
+
+def _this_process_archive(cache: Path) -> Path | None:
+    """The archive path for the Spark home this process's sessions use (None: no home)."""
+    import pyspark
+
+    home = os.environ.get("SPARK_HOME") or compiled_spark_home(
+        Path(pyspark.__file__).parent, cache)
+    return _archive_path(Path(home), cache) if home is not None else None
+
+
+def _archive_path(spark_home: Path, cache: Path) -> Path:
+    return cache / f"{_ARCHIVE_PREFIX}{_archive_key(spark_home)}.jsa"
 
 
 def _claim_finished(cache: Path, archive: Path, min_age: float = 30.0) -> bool:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import json
 import logging
 from types import MappingProxyType
 from typing import Any
@@ -13,7 +12,7 @@ from kstorm import _reconcile as reconcile
 from kstorm._deadletter import DeadLetterWriter
 from kstorm._plan import acking_plan, compile_plan
 from kstorm._progress import Progress
-from kstorm._reliability import SpoutReliability
+from kstorm._reliability import SpoutReliability, lowest_unacked
 from kstorm._spark.commit import UNACKED_STATE, CommitPhase
 from kstorm._spark.compiler import compile_query
 from kstorm._spark.session import get_session
@@ -76,22 +75,6 @@ def start(name: str, conf: dict[str, Any], topology: StormTopology) -> TopologyH
     log.info("starting topology %r (%d stages) checkpoint=%s", name, len(plan.stages),
              checkpoint)
     return TopologyHandle(name, writer.start(), commit, settings)
-
-
-def lowest_unacked(offsets: Any, marks: bytes) -> dict[str, dict[int, int]]:
-    """``offsets`` ({topic: {partition: end}}) lowered to the stored lowest un-acked offsets.
-
-    Example:
-        >>> lowest_unacked({"t": {0: 10, 1: 4}}, b'{"s": {"t": {"0": 6}}}')
-        {'t': {0: 6, 1: 4}}
-    """
-    out = {t: dict(parts) for t, parts in offsets.items()}
-    for per_topic in json.loads(marks).values():
-        for topic, parts in per_topic.items():
-            for part, low in parts.items():
-                mine = out.setdefault(topic, {})
-                mine[int(part)] = min(int(low), mine.get(int(part), int(low)))
-    return out
 
 
 def _start_spouts_at(topology: StormTopology, offsets: Any) -> StormTopology:
