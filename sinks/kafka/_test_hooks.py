@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from sinks.redis._test_hooks import PAUSE_ENV, pause_before_atomic_commit
@@ -22,8 +23,15 @@ _POLL_S = 0.02
 _MAX_PAUSE_S = 600.0
 
 
-def pause_before_commit(what: str) -> None:
-    """If ``$KSTORM_TEST_PAUSE_IN_COMMIT`` names a file: create it, wait until it is gone."""
+def pause_before_commit(what: str, settle: Callable[[], object] | None = None) -> None:
+    """If ``$KSTORM_TEST_PAUSE_IN_COMMIT`` names a file: create it, wait until it is gone.
+
+    ``settle`` runs first, only when pausing (the sink flushes its producer: a kill during
+    the pause must leave the transaction's records on the broker, as aborted records,
+    rather than in the killed producer's buffer).
+    """
+    if settle is not None and os.environ.get(PAUSE_ENV):
+        settle()
     pause_before_atomic_commit(what)
 
 

@@ -203,7 +203,8 @@ class KafkaSink(BaseSink):
                           [*sources, marker], self._consumer.consumer_group_metadata(), left),
                       self.timeout_s)
             # Step 6
-            pause_before_commit(f"kafka sink {name} txid {txid}")
+            pause_before_commit(f"kafka sink {name} txid {txid}",
+                                settle=lambda: producer.flush(self.timeout_s))
         except Exception as exc:  # KafkaCallError, KafkaException from begin/produce, ...
             self._failed(_txn.as_call_error(exc, what), what, committing=False)
         try:
