@@ -64,7 +64,7 @@ class HoldLast(BaseRichBolt):
 def measure(kafka: Any, n: int, roots: int) -> dict[str, Any]:
     """Run one case; returns the acker operator's state figures."""
     from bench import acker_state  # workers import the bolts by this module's name
-    from kstorm._kafka import create_topic
+    from kstorm._kafka.client import create_topic
 
     topic = f"acker-state-{n}-{uuid.uuid4().hex[:6]}"
     create_topic(kafka.bootstrap_servers, topic, 1)

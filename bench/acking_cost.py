@@ -61,7 +61,7 @@ def main() -> None:
     """Produce, warm Spark up, run each guarantee twice, print a table."""
     from topologies import sentence_records
 
-    from kstorm._kafka import create_topic
+    from kstorm._kafka.client import create_topic
     from kstorm._spark.session import get_session
     from kstorm.config import TopologyConfig
     from kstorm.embedded import EmbeddedKafka

@@ -75,7 +75,7 @@ class Setup:
 def make_events(setup: Setup, n: int, seed: int, partitions: int, keys: int,
                 log: Any) -> tuple[Events, Truth, dict[int, int], float]:
     """Generate, create the topic, produce; returns events, truth, end offsets, produce s."""
-    from kstorm._kafka import create_topic
+    from kstorm._kafka.client import create_topic
 
     events = generate(n, seed=seed, keys=keys, partitions=partitions)
     create_topic(setup.bootstrap, setup.topic, partitions)

@@ -325,7 +325,7 @@ def main(argv: list[str] | None = None) -> None:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from topologies import sentence_records, synthetic_vocabulary
 
-    from kstorm._kafka import close_driver_consumers, create_topic
+    from kstorm._kafka.client import close_driver_consumers, create_topic
     from kstorm._spark.session import get_session
     from kstorm.config import TopologyConfig
     from kstorm.embedded import EmbeddedKafka

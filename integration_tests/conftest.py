@@ -34,7 +34,7 @@ Record = bytes | str | tuple[bytes | str | None, bytes | str | None]
 
 @pytest.fixture(scope="session")
 def kafka() -> Iterator[EmbeddedKafka]:
-    from kstorm._kafka import close_driver_consumers
+    from kstorm._kafka.client import close_driver_consumers
 
     with EmbeddedKafka() as broker:
         yield broker
@@ -114,7 +114,7 @@ def produce_records(
     """
     from confluent_kafka import Producer
 
-    from kstorm._kafka import client_config
+    from kstorm._kafka.client import client_config
 
     producer = Producer({**client_config(bootstrap), "linger.ms": 5, "acks": "all"})
     acks: list[tuple[int, int] | None] = []

@@ -90,7 +90,7 @@ def produce_events(bootstrap: str, topic: str, events: list[Event]) -> list[tupl
     """Produce ``events`` in order to their partitions; returns each one's (partition, offset)."""
     from confluent_kafka import Producer
 
-    from kstorm._kafka import client_config
+    from kstorm._kafka.client import client_config
     from kstorm.errors import SourceError
 
     producer = Producer({**client_config(bootstrap), "linger.ms": 20, "acks": "all",
@@ -151,7 +151,7 @@ def build_topology(topic: str, redis_url: str, prefix: str, *, mode: str,
 
 def topic_ends(bootstrap: str, topic: str) -> dict[int, int]:
     """Confirmed end offset of each partition of ``topic`` (tails read, not just the HW)."""
-    from kstorm import _kafka
+    from kstorm._kafka import client as _kafka
 
     consumer = _kafka.driver_consumer(bootstrap, {})
     parts = _kafka.partitions_of(consumer, lambda t: t == topic)

@@ -19,7 +19,7 @@ from acking_topology import Fan, Flaky, Leaf, executions, flaky_topology
 from kafka_read import committed, read_topic
 
 from kstorm import Fields, KafkaSpout, TopologyBuilder, submit_topology
-from kstorm._kafka import create_topic
+from kstorm._kafka.client import create_topic
 from kstorm.acking import RetryPolicy
 from kstorm.runtime import TopologyHandle
 from kstorm.testing import CaptureSink

@@ -27,7 +27,7 @@ import pytest
 from acking_topology import executions
 from eo_topology import TopologyProcess
 
-from kstorm._kafka import create_topic
+from kstorm._kafka.client import create_topic
 from kstorm.embedded import EmbeddedKafka
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

@@ -41,8 +41,8 @@ from eo_topology import (
     produce_events,
 )
 
-from kstorm._kafka import create_topic
-from kstorm._reconcile import last_committed_batch, read_txid_base
+from kstorm._kafka.client import create_topic
+from kstorm._runtime.reconcile import last_committed_batch, read_txid_base
 from kstorm.embedded import EmbeddedKafka, EmbeddedRedis, free_port
 from sinks.redis import PAUSE_ENV
 

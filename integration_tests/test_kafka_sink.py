@@ -40,7 +40,7 @@ from kafka_txn_log import read_log
 
 from kstorm import Fields, TopologyBuilder, submit_topology
 from kstorm import _reconcile as reconcile
-from kstorm._kafka import create_topic
+from kstorm._kafka.client import create_topic
 from kstorm.component import TopologyContext
 from kstorm.embedded import EmbeddedKafka
 from kstorm.errors import SinkError
@@ -233,7 +233,7 @@ def test_resuming_inside_the_brokers_last_record_batch_reads_on(kafka, topic_nam
     """tansu reports the base offset of a partition's last record batch + 1 as its high
     watermark: a topology resuming (from a checkpoint or the sink's offsets) at an offset
     inside that batch must still see the records after it (kstorm/_kafka.py)."""
-    from kstorm import _kafka
+    from kstorm._kafka import client as _kafka
 
     bootstrap = kafka.bootstrap_servers
     create_topic(bootstrap, topic_name, 1)

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from kstorm import _kafka
-from kstorm._kafka import create_topic
+from kstorm._kafka import client as _kafka
+from kstorm._kafka.client import create_topic
 from kstorm._spark.kafka_source import read_stream
 from kstorm.kafka_spout import KafkaSpout
 from serdes.json import JsonSerde
@@ -242,8 +242,8 @@ def test_headers_keys_and_split_tasks_are_read(spark, kafka, topic_name, checkpo
 def test_the_same_range_reads_identically_and_a_missing_range_fails_clearly(
     kafka, topic_name, produce
 ):
-    from kstorm._kafka_fetch import read_range
-    from kstorm._kafka_offsets import OffsetRange
+    from kstorm._kafka.fetch import read_range
+    from kstorm._kafka.offsets import OffsetRange
     from kstorm.errors import SourceError
 
     create_topic(kafka.bootstrap_servers, topic_name, partitions=1)

@@ -24,7 +24,7 @@ from kafka_read import committed, read_topic
 from topologies import GatedSerde, PartitionGate, sentence_records, word_count
 
 from kstorm import KafkaSpout, submit_topology
-from kstorm._kafka import add_partitions, create_topic
+from kstorm._kafka.client import add_partitions, create_topic
 from kstorm.errors import SourceError
 from kstorm.runtime import TopologyHandle
 from kstorm.testing import CaptureSink

@@ -26,7 +26,7 @@ from eo_topology import TopologyProcess
 from spout_topology import KEYS
 from spouts import acked, recorded_batches
 
-from kstorm._spout_log import SpoutLog
+from kstorm._runtime.spout_log import SpoutLog
 from kstorm.embedded import EmbeddedRedis
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

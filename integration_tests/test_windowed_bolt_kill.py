@@ -30,7 +30,7 @@ import redis
 from eo_topology import TopologyProcess, produce_events
 from wb_topology import LAG_MS, WINDOW_MS, generate_events
 
-from kstorm._kafka import create_topic
+from kstorm._kafka.client import create_topic
 from kstorm.embedded import EmbeddedKafka, EmbeddedRedis
 from sinks.redis import PAUSE_ENV
 

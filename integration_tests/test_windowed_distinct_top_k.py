@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from kstorm import Fields, KafkaSpout, TopologyBuilder, submit_topology
-from kstorm._kafka import create_topic
+from kstorm._kafka.client import create_topic
 from kstorm.testing import CaptureSink, ListSpout, run_to_completion
 from kstorm.windowing import Duration
 from kstorm.windowing.aggregate import Agg, WindowedAggregate

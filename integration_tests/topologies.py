@@ -177,7 +177,7 @@ _GATES: set[str] = set()
 
 def _install_gate(path: str) -> None:
     """Filter ``kstorm._kafka.partitions_of`` through the gate at ``path`` in this process."""
-    from kstorm import _kafka
+    from kstorm._kafka import client as _kafka
 
     if path in _GATES:
         return

@@ -222,7 +222,7 @@ def run(n_events: int = 20_000, partitions: int = 4, per_batch: int = 5_000,
 def _produce(bootstrap: str, topic: str, partitions: int, evts: list[dict[str, Any]]) -> None:
     from confluent_kafka import Producer
 
-    from kstorm._kafka import create_topic
+    from kstorm._kafka.client import create_topic
 
     create_topic(bootstrap, topic, partitions)
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20})

@@ -238,7 +238,7 @@ class EmbeddedKafka(_ChildService):
         from confluent_kafka import KafkaException
         from confluent_kafka.admin import AdminClient
 
-        from kstorm._kafka import client_config
+        from kstorm._kafka.client import client_config
 
         try:
             AdminClient(client_config(self.bootstrap_servers)).list_topics(timeout=1.0)

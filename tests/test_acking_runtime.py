@@ -6,10 +6,10 @@ import struct
 import pytest
 
 from kstorm import BaseBasicBolt, BaseRichBolt, FailedException, Fields, KafkaSpout, TopologyBuilder
-from kstorm._executor import StageExecutor
+from kstorm._runtime.executor import StageExecutor
 from kstorm._ids import ACKER_COMPONENT
-from kstorm._plan import AckingPlan, acking_plan, compile_plan
-from kstorm._reliability import SpoutReliability, book_of
+from kstorm._runtime.plan import AckingPlan, acking_plan, compile_plan
+from kstorm._runtime.reliability import SpoutReliability, book_of
 from kstorm.acking import AckerMessage, AnchorTracker, Outcome, RetryPolicy
 from kstorm.acking.acker import DictStore, run_acker_batch, stale_roots
 from kstorm.acking.ids import TupleIdGenerator, root_id_for
@@ -268,7 +268,7 @@ def _events(*events, pending=(), acked=None):
 
 
 def test_driver_acks_retries_times_out_and_dead_letters(tmp_path, monkeypatch):
-    import kstorm._reliability as reliability
+    import kstorm._runtime.reliability as reliability
 
     monkeypatch.setattr(reliability, "_fetch_values", lambda spout, servers, ids: {
         i: b"raw" for i in ids})

@@ -4,7 +4,7 @@ import pyarrow as pa
 import pytest
 
 from kstorm import ConfigError, SerdeError, TopologyConfig
-from kstorm._spark.envelope import bad_input
+from kstorm._runtime.envelope import bad_input
 
 
 def batch():

@@ -14,9 +14,9 @@ from kstorm import (
     TopologyError,
     Tuple,
 )
-from kstorm._executor import CAPTURE_DEST, StageExecutor, stable_hash
+from kstorm._runtime.executor import CAPTURE_DEST, StageExecutor, stable_hash
 from kstorm._ids import DEAD_LETTER_STREAM
-from kstorm._plan import compile_plan
+from kstorm._runtime.plan import compile_plan
 from kstorm.testing import CaptureSink, ListSpout
 
 

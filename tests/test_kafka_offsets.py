@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kstorm._kafka_offsets import fair_share, from_json, plan_end, split_ranges, to_json
+from kstorm._kafka.offsets import fair_share, from_json, plan_end, split_ranges, to_json
 from kstorm.errors import SourceError
 
 A0, A1, A2 = ("a", 0), ("a", 1), ("a", 2)

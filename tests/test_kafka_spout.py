@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pytest
 
-from kstorm._kafka_fetch import to_record_batch
+from kstorm._kafka.fetch import to_record_batch
 from kstorm.component import OutputFieldsDeclarer
 from kstorm.errors import ConfigError
 from kstorm.kafka_spout import METADATA_FIELDS, KafkaSpout
@@ -210,8 +210,8 @@ def test_key_decode_failures_are_reported_too():
 def test_offsets_deleted_by_retention_fail_the_read_saying_so():
     from confluent_kafka import KafkaError
 
-    from kstorm._kafka_fetch import _check_errors
-    from kstorm._kafka_offsets import OffsetRange
+    from kstorm._kafka.fetch import _check_errors
+    from kstorm._kafka.offsets import OffsetRange
     from kstorm.errors import SourceError
 
     class Gone(FakeMessage):
@@ -225,8 +225,8 @@ def test_offsets_deleted_by_retention_fail_the_read_saying_so():
 def test_transient_client_errors_are_retried_not_fatal(caplog):
     from confluent_kafka import KafkaError
 
-    from kstorm._kafka_fetch import _check_errors
-    from kstorm._kafka_offsets import OffsetRange
+    from kstorm._kafka.fetch import _check_errors
+    from kstorm._kafka.offsets import OffsetRange
 
     class Blip(FakeMessage):
         def error(self):

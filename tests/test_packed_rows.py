@@ -6,7 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kstorm import BaseBasicBolt, BaseRichBolt, Fields, TopologyBuilder, Tuple
-from kstorm._executor import (
+from kstorm._runtime.executor import (
     Packed,
     StageExecutor,
     dumps,
@@ -15,9 +15,9 @@ from kstorm._executor import (
     stable_hash_one,
     unpack_values,
 )
-from kstorm._plan import compile_plan
+from kstorm._runtime.plan import compile_plan
 from kstorm._spark.commit import CommitPhase
-from kstorm._spark.envelope import envelope_tuples, to_arrow
+from kstorm._runtime.envelope import envelope_tuples, to_arrow
 from kstorm._spark.gc_control import paused
 from kstorm.testing import CaptureSink, ListSpout
 

@@ -1,7 +1,7 @@
 """The compiled plan: which bolts fuse, which groupings become which partitioning."""
 
 from kstorm import BaseBasicBolt, BaseStatefulBolt, Fields, TopologyBuilder
-from kstorm._plan import PartitionKind, compile_plan, task_for
+from kstorm._runtime.plan import PartitionKind, compile_plan, task_for
 from kstorm.grouping import Grouping, GroupingKind
 from kstorm.testing import CaptureSink, ListSpout
 

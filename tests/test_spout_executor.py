@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from kstorm import BaseBasicBolt, BaseRichSpout, Fields, TopologyBuilder
-from kstorm._plan import compile_plan
-from kstorm._spout_executor import BatchBounds, SpoutExecutor
-from kstorm._spout_log import LoggedTuple, SpoutLog
+from kstorm._runtime.plan import compile_plan
+from kstorm._runtime.spout_executor import BatchBounds, SpoutExecutor
+from kstorm._runtime.spout_log import LoggedTuple, SpoutLog
 from kstorm.component import TopologyContext
 from kstorm.config import TopologyConfig
 from kstorm.errors import ConfigError, SourceError, TopologyError

@@ -8,9 +8,9 @@ import random
 import pytest
 
 from kstorm import BaseStatefulWindowedBolt, BaseWindowedBolt, Fields, TopologyBuilder
-from kstorm._executor import StageExecutor
-from kstorm._plan import compile_plan
-from kstorm._windowed import Collect, WindowedTask
+from kstorm._runtime.executor import StageExecutor
+from kstorm._runtime.plan import compile_plan
+from kstorm.windowing._task import Collect, WindowedTask
 from kstorm.errors import ConfigError, TopologyError
 from kstorm.testing import CaptureSink, ListSpout
 from kstorm.tuple import Tuple
@@ -225,7 +225,7 @@ def test_declaring_the_late_stream_yourself_is_refused():
 
 
 def test_persistent_window_larger_than_memory_evaluates_with_a_bounded_cache():
-    from kstorm._window_store import DictBackend, PersistentTuples
+    from kstorm.windowing._store import DictBackend, PersistentTuples
 
     backend = DictBackend()
     cfg = WindowConfig(Count(50), tumbling=True, persistent=True, max_events_in_memory=10)

@@ -28,10 +28,10 @@ from typing import Any
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from kstorm._executor import Outgoing
+from kstorm._runtime.executor import Outgoing
 from kstorm._ids import ACKER_COMPONENT
-from kstorm._plan import AckingPlan
-from kstorm._spark.envelope import ENVELOPE_DDL, ENVELOPE_SCHEMA, to_arrow
+from kstorm._runtime.plan import AckingPlan
+from kstorm._runtime.envelope import ENVELOPE_DDL, ENVELOPE_SCHEMA, to_arrow
 from kstorm._spark.gc_control import freeze_imports
 from kstorm.acking.acker import run_acker_batch, stale_roots
 from kstorm.acking.ledger import AckerEntry

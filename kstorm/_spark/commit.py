@@ -38,12 +38,12 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kstorm._clocks import without_clocks
-from kstorm._deadletter import DeadLetterWriter, as_record
-from kstorm._executor import CAPTURE_DEST, unpack_metas, unpack_values
+from kstorm._kafka.clocks import without_clocks
+from kstorm._runtime.deadletter import DeadLetterWriter, as_record
+from kstorm._runtime.executor import CAPTURE_DEST, unpack_metas, unpack_values
 from kstorm._ids import DEAD_LETTER_STREAM
-from kstorm._progress import Progress
-from kstorm._reliability import SpoutReliability, batch_marks
+from kstorm._runtime.progress import Progress
+from kstorm._runtime.reliability import SpoutReliability, batch_marks
 from kstorm._spark.acker import ACKER_EVENTS
 from kstorm._spark.gc_control import paused
 from kstorm._spark.stage import METRICS_DEST

@@ -1,4 +1,4 @@
-"""Turn a :class:`kstorm._plan.Plan` into Spark streaming DataFrames.
+"""Turn a :class:`kstorm._runtime.plan.Plan` into Spark streaming DataFrames.
 
 Per stage (see ``kstorm/_plan.py`` for how bolts are grouped into stages):
 
@@ -26,8 +26,8 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 
-from kstorm._plan import DRIVER, AckingPlan, PartitionKind, Plan, Stage
-from kstorm._spark.envelope import ENVELOPE_DDL
+from kstorm._runtime.plan import DRIVER, AckingPlan, PartitionKind, Plan, Stage
+from kstorm._runtime.envelope import ENVELOPE_DDL
 from kstorm._spark.sources import read_spout
 from kstorm._spark.stage import StageContext, StageRunner, stateful_processor
 from kstorm._spark.windowed import WindowStageRunner

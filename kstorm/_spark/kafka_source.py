@@ -40,10 +40,10 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from kstorm import _kafka
-from kstorm._clocks import CLOCKS_KEY, stream_clocks
-from kstorm._kafka_fetch import read_range
-from kstorm._kafka_offsets import (
+from kstorm._kafka import client as _kafka
+from kstorm._kafka.clocks import CLOCKS_KEY, stream_clocks
+from kstorm._kafka.fetch import read_range
+from kstorm._kafka.offsets import (
     OffsetRange,
     Offsets,
     TopicPartition,

@@ -18,7 +18,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from kstorm._clocks import CLOCKS_KEY, stream_clocks
+from kstorm._kafka.clocks import CLOCKS_KEY, stream_clocks
 
 NAME = "kstorm_list"
 

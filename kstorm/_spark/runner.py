@@ -9,10 +9,10 @@ from types import MappingProxyType
 from typing import Any
 
 from kstorm import _reconcile as reconcile
-from kstorm._deadletter import DeadLetterWriter
-from kstorm._plan import acking_plan, compile_plan
-from kstorm._progress import Progress
-from kstorm._reliability import SpoutReliability, lowest_unacked
+from kstorm._runtime.deadletter import DeadLetterWriter
+from kstorm._runtime.plan import acking_plan, compile_plan
+from kstorm._runtime.progress import Progress
+from kstorm._runtime.reliability import SpoutReliability, lowest_unacked
 from kstorm._spark.commit import UNACKED_STATE, CommitPhase
 from kstorm._spark.compiler import compile_query
 from kstorm._spark.session import get_session

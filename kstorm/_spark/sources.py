@@ -40,7 +40,7 @@ def read_spout(spark: SparkSession, spec: ComponentSpec, settings: Any,
                 raise ConfigError(
                     msg)
             spout = spout.with_bootstrap(settings.bootstrap_servers)
-        from kstorm._spark.envelope import ENVELOPE_DDL
+        from kstorm._runtime.envelope import ENVELOPE_DDL
 
         return read_stream(spark, spout, pmax_file, fused, ENVELOPE_DDL, acking)
     if isinstance(spout, ListSpout):
@@ -53,9 +53,9 @@ def read_spout(spark: SparkSession, spec: ComponentSpec, settings: Any,
     if fused is None or state_dir is None:
         msg = f"spout {spec.id!r}: a free-form spout is read with its source stage and log"
         raise TopologyError(msg)
-    from kstorm._spark.envelope import ENVELOPE_DDL
+    from kstorm._runtime.envelope import ENVELOPE_DDL
     from kstorm._spark.spout_source import SpoutSourceSpec, log_dir, read_spout_stream
-    from kstorm._spout_executor import BatchBounds
+    from kstorm._runtime.spout_executor import BatchBounds
 
     bounds = BatchBounds(settings.spout_max_batch_tuples, settings.spout_max_batch_ms,
                          settings.spout_idle_calls, settings.spout_max_failures)

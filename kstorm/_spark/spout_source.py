@@ -2,7 +2,7 @@
 
 Spark keeps one Python process per streaming source for the query's life (the streaming
 source runner) and calls the reader's driver methods there. The reader holds the spout
-instance in that process, through a :class:`kstorm._spout_executor.SpoutExecutor`:
+instance in that process, through a :class:`kstorm._runtime.spout_executor.SpoutExecutor`:
 
 - ``latestOffset(start, limit)``: the executor acks what committed, then fills and logs
   batch ``start["seq"]`` (``<checkpoint>/kstorm/spouts/<spout id>/<seq>``) and returns
@@ -40,8 +40,8 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from kstorm._spout_executor import BatchBounds, SpoutExecutor
-from kstorm._spout_log import SpoutLog
+from kstorm._runtime.spout_executor import BatchBounds, SpoutExecutor
+from kstorm._runtime.spout_log import SpoutLog
 from kstorm.component import TopologyContext
 from kstorm.spout import BaseRichSpout
 from kstorm.tuple import Fields

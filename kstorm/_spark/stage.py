@@ -2,7 +2,7 @@
 
 ``StageRunner`` is what ``mapInArrow`` calls for a stateless stage; ``StatefulStage`` is the
 ``transformWithStateInPandas`` processor of a stage whose head is a stateful bolt. Both feed
-:class:`kstorm._executor.StageExecutor` and pack what leaves the stage into envelope rows.
+:class:`kstorm._runtime.executor.StageExecutor` and pack what leaves the stage into envelope rows.
 Rows addressed to other components (sinks, dead letters, metrics) pass through unchanged,
 so a linear topology computes each stage once per batch.
 """
@@ -16,9 +16,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from kstorm._executor import Outgoing, Packed, StageExecutor
-from kstorm._plan import AckingPlan, Plan
-from kstorm._spark.envelope import (
+from kstorm._runtime.executor import Outgoing, Packed, StageExecutor
+from kstorm._runtime.plan import AckingPlan, Plan
+from kstorm._runtime.envelope import (
     bad_input,
     envelope_tuples,
     raw_tuples,

@@ -26,7 +26,7 @@ from kstorm.tuple import Fields, Tuple
 
 def _import_stage_modules(batches: Iterator[Any]) -> Iterator[Any]:
     # What the first batch's tasks import; workers are reused, so this is paid once.
-    import kstorm._kafka_fetch  # noqa: F401
+    import kstorm._kafka.fetch  # noqa: F401
     import kstorm._spark.stage  # noqa: F401
     import kstorm._spark.windowed  # noqa: F401
 

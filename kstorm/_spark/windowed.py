@@ -24,9 +24,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kstorm._executor import Outgoing, Packed, dumps, pack
+from kstorm._runtime.executor import Outgoing, Packed, dumps, pack
 from kstorm._ids import DEAD_LETTER_STREAM
-from kstorm._spark.envelope import bad_input
+from kstorm._runtime.envelope import bad_input
 from kstorm._spark.stage import METRICS_DEST, StageContext
 from kstorm.windowing.aggregate import (
     AggregateSpec,
@@ -68,7 +68,7 @@ class WindowStageRunner:
         self.spec = spec
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from kstorm._spark.envelope import to_arrow
+        from kstorm._runtime.envelope import to_arrow
         from kstorm._spark.gc_control import freeze_imports
 
         freeze_imports()

@@ -2,7 +2,7 @@
 
 A windowed bolt's stage is grouped by ``__task``; for each task and micro-batch the processor
 
-1. loads the task's :class:`~kstorm._windowed.WindowedTask` snapshot from a TWS value state
+1. loads the task's :class:`~kstorm.windowing._task.WindowedTask` snapshot from a TWS value state
    (versioned by batch id, so a replayed batch starts from exactly the state its first
    attempt saw) -- or, on the first batch after a lost checkpoint, from the snapshot a
    stateful sink stored with its offsets;
@@ -28,8 +28,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from kstorm._executor import Outgoing, StageExecutor
-from kstorm._spark.envelope import bad_input, envelope_tuples, raw_tuples, split_for, to_arrow
+from kstorm._runtime.executor import Outgoing, StageExecutor
+from kstorm._runtime.envelope import bad_input, envelope_tuples, raw_tuples, split_for, to_arrow
 from kstorm._spark.gc_control import freeze_imports
 from kstorm._spark.stage import (
     METRICS_DEST,
@@ -40,8 +40,8 @@ from kstorm._spark.stage import (
     _policy,
     typed_rows,
 )
-from kstorm._window_store import PersistentTuples, PersistentWindow
-from kstorm._windowed import WindowedTask
+from kstorm.windowing._store import PersistentTuples, PersistentWindow
+from kstorm.windowing._task import WindowedTask
 from kstorm.tuple import Tuple
 from kstorm.windowing.config import WindowConfig
 from kstorm.windowing.window import TupleWindow

@@ -2,7 +2,7 @@
 
 Every dead letter is also counted in the topology's progress and kept (up to a bound) on
 the handle, so nothing is dropped silently. Fields of a dead-letter record are
-``kstorm._executor.DEAD_LETTER_FIELDS``.
+``kstorm._runtime.executor.DEAD_LETTER_FIELDS``.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
-from kstorm._executor import DEAD_LETTER_FIELDS
+from kstorm._runtime.executor import DEAD_LETTER_FIELDS
 
 log = logging.getLogger("kstorm.dead_letter")
 

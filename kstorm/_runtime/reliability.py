@@ -34,8 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kstorm._clocks import without_clocks
-from kstorm._plan import AckingPlan
+from kstorm._kafka.clocks import without_clocks
+from kstorm._runtime.plan import AckingPlan
 from kstorm.acking.decisions import SpoutAction, SpoutDecision
 from kstorm.acking.ids import root_id_for
 from kstorm.acking.messages import Outcome
@@ -283,7 +283,7 @@ def _fetch_values(spout: Any, bootstrap: str | None,
     from confluent_kafka import Consumer
     from confluent_kafka import TopicPartition as KafkaTopicPartition
 
-    from kstorm._kafka import consumer_config
+    from kstorm._kafka.client import consumer_config
 
     servers = spout.bootstrap_servers or bootstrap
     found: dict[KafkaMessageId, bytes | None] = {}

@@ -8,7 +8,7 @@ from collections.abc import Iterator, Sequence
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kstorm._executor import Outgoing, Packed, unpack_metas, unpack_values
+from kstorm._runtime.executor import Outgoing, Packed, unpack_metas, unpack_values
 from kstorm.acking.replay import ATTEMPT_COLUMN, NOW_COLUMN
 from kstorm.errors import SerdeError
 from kstorm.topology import StormTopology

@@ -23,8 +23,8 @@ import pyarrow as pa
 from confluent_kafka import Consumer, KafkaError, Message
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
-from kstorm._kafka import consumer_config
-from kstorm._kafka_offsets import OffsetRange
+from kstorm._kafka.client import consumer_config
+from kstorm._kafka.offsets import OffsetRange
 from kstorm.errors import SourceError
 from kstorm.kafka_spout import HEADERS_TYPE, KafkaSpout
 from serdes.base import DecodeResult, Serde

@@ -35,7 +35,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kstorm._spout_log import LoggedTuple, SpoutLog
+from kstorm._runtime.spout_log import LoggedTuple, SpoutLog
 from kstorm.component import TopologyContext
 from kstorm.errors import ConfigError, SourceError, TopologyError
 from kstorm.spout import BaseRichSpout, SpoutOutputCollector

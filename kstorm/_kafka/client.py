@@ -29,7 +29,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
-from kstorm._kafka_offsets import Offsets, TopicPartition
+from kstorm._kafka.offsets import Offsets, TopicPartition
 from kstorm.errors import SourceError
 
 log = logging.getLogger("kstorm.kafka")

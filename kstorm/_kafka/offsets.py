@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kstorm._clocks import MARK_PREFIX
+from kstorm._kafka.clocks import MARK_PREFIX
 from kstorm.errors import SourceError
 
 TopicPartition = tuple[str, int]

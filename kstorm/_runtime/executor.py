@@ -24,7 +24,7 @@ from functools import partial
 from typing import Any, NamedTuple
 
 from kstorm._ids import ACKER_COMPONENT, DEAD_LETTER_STREAM
-from kstorm._plan import DRIVER, AckingPlan, Plan, task_for
+from kstorm._runtime.plan import DRIVER, AckingPlan, Plan, task_for
 from kstorm.acking.anchoring import AnchorTracker, TrackedTuple
 from kstorm.acking.ids import TupleIdGenerator, root_id_for
 from kstorm.acking.messages import MessageId
