@@ -158,11 +158,11 @@ class Sampler:
 # (bolt code and kstorm's executor call each other, so the deeper one is where time goes).
 CONTAINING = [
     ("TWS state calls (MapState get/update over the state server socket)",
-     ("_MapStateKeyValue", "state_client", "stateful_processor_api_client")),
+     ("MapStateKeyValue", "state_client", "stateful_processor_api_client")),
     ("imports in the Python processes Spark starts per query (pyspark from pyspark.zip, "
      "which has no .pyc, is compiled every time)",
      ("zipimport", "_find_and_load")),
-    ("Kafka fetch (confluent-kafka consume, read tasks)", ("_kafka_fetch", "kafka_source")),
+    ("Kafka fetch (confluent-kafka consume, read tasks)", ("_kafka/fetch", "kafka_source")),
     ("JSON decode (JsonSerde, pyarrow.json)", ("serdes/",)),
     ("driver commit phase (collect rows, unpickle tuples, sink)", ("commit.py",)),
     ("benchmark's own /proc sampler", ("Sampler",)),

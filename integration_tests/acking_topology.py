@@ -20,7 +20,7 @@ from typing import Any
 from kstorm import BaseRichBolt, Fields, TopologyBuilder
 from kstorm.bolt import BaseBasicBolt, BasicOutputCollector, OutputCollector
 from kstorm.component import OutputFieldsDeclarer, TopologyContext
-from kstorm.sink import BaseSink, SourceOffsets
+from kstorm.sink import BaseSink, SinkBatch
 from kstorm.tuple import Tuple
 
 MODES = ("fail", "hold", "always")
@@ -157,9 +157,9 @@ class AppendSink(BaseSink):
     def __init__(self, path: str) -> None:
         self.path = path
 
-    def commit(self, batch_id: int, tuples: list[Tuple], offsets: SourceOffsets,
-               state: Any = None) -> None:
+    def commit(self, batch: SinkBatch) -> None:
         """Append the batch's values."""
+        tuples = batch.tuples
         if not tuples:
             return
         with open(self.path, "a") as f:

@@ -42,9 +42,10 @@ from eo_topology import (
 )
 
 from kstorm._kafka.client import create_topic
-from kstorm._runtime.reconcile import last_committed_batch, read_txid_base
+from kstorm._runtime.checkpoint import CheckpointLayout
+from kstorm._spark.offset_log import last_committed_batch
+from kstorm._testhooks import PAUSE_ENV
 from kstorm.embedded import EmbeddedKafka, EmbeddedRedis, free_port
-from sinks.redis import PAUSE_ENV
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -192,7 +193,7 @@ class Scenario:
     def checkpoint_txid(self) -> int | None:
         """The txid of the checkpoint's last committed batch (None: nothing committed)."""
         last = last_committed_batch(self.checkpoint)
-        return None if last is None else read_txid_base(self.checkpoint) + last
+        return None if last is None else CheckpointLayout(self.checkpoint).txid_base() + last
 
     def kill_at_random(self) -> None:
         """Kill a fresh run a seeded random delay after its first commit."""

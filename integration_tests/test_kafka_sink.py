@@ -39,15 +39,17 @@ from kafka_eo_topology import SINK_ID, Square, expected_output
 from kafka_txn_log import read_log
 
 from kstorm import Fields, TopologyBuilder, submit_topology
-from kstorm import _reconcile as reconcile
 from kstorm._kafka.client import create_topic
-from kstorm.component import TopologyContext
+from kstorm._runtime import reconcile
+from kstorm._runtime.batch import BatchOffsets
+from kstorm._testhooks import PAUSE_AFTER_ENV, PAUSE_ENV
 from kstorm.embedded import EmbeddedKafka
 from kstorm.errors import SinkError
-from kstorm.testing import ListSpout
+from kstorm.sink import SinkBatch
+from kstorm.testing import ListSpout, sink_context
 from kstorm.tuple import Tuple
 from serdes import JsonSerde
-from sinks.kafka import PAUSE_AFTER_ENV, PAUSE_ENV, KafkaSink
+from sinks.kafka import KafkaSink
 
 pytestmark = pytest.mark.integration
 
@@ -116,8 +118,15 @@ def hides_aborted(kafka: EmbeddedKafka) -> bool:
 
 
 def opened(sink: KafkaSink, bootstrap: str, topology: str, sink_id: str = "out") -> KafkaSink:
-    sink.open({"kafka.bootstrap.servers": bootstrap}, TopologyContext(topology, sink_id))
+    sink.open(sink_context(topology, sink_id, {"kafka.bootstrap.servers": bootstrap}))
     return sink
+
+
+def batch(batch_id: int, tuples: list[Tuple], offsets: dict[str, Any] | None = None,
+          state: dict[str, bytes] | None = None) -> SinkBatch:
+    """A batch as the commit phase builds it (``offsets`` per spout, as Spark logs them)."""
+    ends = BatchOffsets.parse(batch_id, 0, offsets or {}, kafka_spouts=set(offsets or {}))
+    return SinkBatch(batch_id, batch_id, tuples, ends.kafka_ends(), state or {})
 
 
 def squares(ids: range) -> list[Tuple]:
@@ -163,12 +172,12 @@ def test_a_replayed_batch_id_writes_nothing_the_second_time(kafka, output, sourc
                                                             sinks):
     bootstrap = kafka.bootstrap_servers
     sink = new_sink(sinks, kafka, output, topology)
-    sink.commit(0, squares(range(0, 50)), {"numbers": {source: {"0": 10, "1": 40}}})
-    sink.commit(0, squares(range(0, 50)), {"numbers": {source: {"0": 10, "1": 40}}})
+    sink.commit(batch(0, squares(range(0, 50)), {"numbers": {source: {"0": 10, "1": 40}}}))
+    sink.commit(batch(0, squares(range(0, 50)), {"numbers": {source: {"0": 10, "1": 40}}}))
     sink.close()
     restarted = new_sink(sinks, kafka, output, topology)  # a restarted driver replays 0
-    restarted.commit(0, squares(range(0, 50)), {"numbers": {source: {"0": 10, "1": 40}}})
-    restarted.commit(1, squares(range(50, 80)), {"numbers": {source: {"0": 25, "1": 55}}})
+    restarted.commit(batch(0, squares(range(0, 50)), {"numbers": {source: {"0": 10, "1": 40}}}))
+    restarted.commit(batch(1, squares(range(50, 80)), {"numbers": {source: {"0": 25, "1": 55}}}))
 
     seen = values(consume(bootstrap, output))
     assert sorted(r["id"] for r in seen) == list(range(80))
@@ -186,15 +195,15 @@ def test_a_replayed_batch_id_writes_nothing_the_second_time(kafka, output, sourc
 def test_a_zombie_is_fenced_and_writes_nothing(kafka, output, topology, sinks):
     bootstrap = kafka.bootstrap_servers
     older = new_sink(sinks, kafka, output, topology)
-    older.commit(0, squares(range(0, 10)), {})
+    older.commit(batch(0, squares(range(0, 10)), {}))
     newer = new_sink(sinks, kafka, output, topology)  # same transactional id: fences older
 
     with pytest.raises(SinkError, match="fenced") as fenced:
-        older.commit(1, squares(range(100, 120)), {})
+        older.commit(batch(1, squares(range(100, 120)), {}))
     assert f"kstorm.{topology}.out" in str(fenced.value)
     with pytest.raises(SinkError, match="fenced"):  # and it stays a zombie
-        older.commit(2, squares(range(200, 220)), {})
-    newer.commit(1, squares(range(10, 20)), {})
+        older.commit(batch(2, squares(range(200, 220)), {}))
+    newer.commit(batch(1, squares(range(10, 20)), {}))
 
     assert sorted(r["id"] for r in values(consume(bootstrap, output))) == list(range(20))
     committed, aborted = oracle(bootstrap, output, 3)
@@ -211,11 +220,11 @@ def test_a_failed_batch_is_aborted_and_its_replay_commits_it(kafka, output, topo
     sinks.append(sink)
     huge = Tuple([7, "x" * 5000], Fields("id", "blob"), "square")
     with pytest.raises(SinkError, match="txid 0 was not committed.*MSG_SIZE_TOO_LARGE"):
-        sink.commit(0, [*squares(range(5)), huge], {})
+        sink.commit(batch(0, [*squares(range(5)), huge], {}))
     with pytest.raises(SinkError, match=r"cannot serialize tuple \{'id': 1, 'blob': b'"):
-        sink.commit(0, [Tuple([1, b"\x00"], Fields("id", "blob"), "square")], {})
+        sink.commit(batch(0, [Tuple([1, b"\x00"], Fields("id", "blob"), "square")], {}))
     assert sink.committed_offsets() is None
-    sink.commit(0, squares(range(5)), {})  # the replay, without the bad tuple
+    sink.commit(batch(0, squares(range(5)), {}))  # the replay, without the bad tuple
     committed, aborted = oracle(bootstrap, output, 3)
     assert sorted(json.loads(r.value)["id"] for r in committed) == list(range(5))
     seen = sorted(r["id"] for r in values(consume(bootstrap, output)))
@@ -232,7 +241,7 @@ def test_a_missing_output_topic_is_reported_when_the_sink_opens(kafka, topology)
 def test_resuming_inside_the_brokers_last_record_batch_reads_on(kafka, topic_name, produce):
     """tansu reports the base offset of a partition's last record batch + 1 as its high
     watermark: a topology resuming (from a checkpoint or the sink's offsets) at an offset
-    inside that batch must still see the records after it (kstorm/_kafka.py)."""
+    inside that batch must still see the records after it (kstorm/_kafka/client.py)."""
     from kstorm._kafka import client as _kafka
 
     bootstrap = kafka.bootstrap_servers
@@ -277,17 +286,17 @@ def test_a_zombie_fenced_mid_transaction_leaves_only_aborted_records(
         kafka, output, topology, sinks, tmp_path, monkeypatch, hides_aborted):
     bootstrap = kafka.bootstrap_servers
     older = new_sink(sinks, kafka, output, topology, timeout_s=4)  # tansu: EndTxn times out
-    older.commit(0, squares(range(0, 10)), {})
+    older.commit(batch(0, squares(range(0, 10)), {}))
     marker = tmp_path / "pause"
     monkeypatch.setenv(PAUSE_ENV, str(marker))
-    thread, errors = paused_commit(older, marker, 1, squares(range(100, 130)), {})
+    thread, errors = paused_commit(older, marker, batch(1, squares(range(100, 130)), {}))
     monkeypatch.delenv(PAUSE_ENV)
     newer = new_sink(sinks, kafka, output, topology)  # the restarted driver
     marker.unlink()
     thread.join(30)
     assert len(errors) == 1 and isinstance(errors[0], SinkError)
     assert "fenced" in str(errors[0])
-    newer.commit(1, squares(range(10, 20)), {})
+    newer.commit(batch(1, squares(range(10, 20)), {}))
 
     committed, aborted = oracle(bootstrap, output, 3)
     assert sorted(json.loads(r.value)["id"] for r in committed) == list(range(20))
@@ -303,13 +312,13 @@ def test_window_state_and_offsets_come_back_when_the_checkpoint_is_lost(
         kafka, output, source, topology, sinks, tmp_path, monkeypatch):
     big = bytes(range(256)) * 5000  # 1.28 MB: three chunks
     sink = new_sink(sinks, kafka, output, topology, timeout_s=4)
-    sink.commit(0, [], {"numbers": {source: {"0": 5}}}, state={"window:agg": b"first"})
-    sink.commit(1, squares(range(3)), {"numbers": {source: {"0": 9}}},
-                state={"window:agg": big, "window:other": b""})
+    sink.commit(batch(0, [], {"numbers": {source: {"0": 5}}}, {"window:agg": b"first"}))
+    sink.commit(batch(1, squares(range(3)), {"numbers": {source: {"0": 9}}},
+                      {"window:agg": big, "window:other": b""}))
     marker = tmp_path / "pause"
     monkeypatch.setenv(PAUSE_ENV, str(marker))
-    thread, errors = paused_commit(sink, marker, 2, [], {"numbers": {source: {"0": 12}}},
-                                   {"window:agg": b"never committed"})
+    thread, errors = paused_commit(sink, marker, batch(2, [], {"numbers": {source: {"0": 12}}},
+                                                       {"window:agg": b"never committed"}))
     monkeypatch.delenv(PAUSE_ENV)
     restarted = new_sink(sinks, kafka, output, topology)
     marker.unlink()
@@ -318,9 +327,8 @@ def test_window_state_and_offsets_come_back_when_the_checkpoint_is_lost(
 
     assert restarted.committed_offsets() == (1, {source: {0: 9}})
     assert restarted.committed_state() == {"window:agg": big, "window:other": b""}
-    resume = reconcile.decide(tmp_path / "no-checkpoint", {"out": restarted})
+    resume = reconcile.decide(None, 0, False, {"out": restarted.committed_offsets()})
     assert (resume.txid_base, resume.from_sink, resume.offsets) == (2, "out", {source: {0: 9}})
-    assert resume.state["window:agg"] == big
 
 
 # -- topologies -----------------------------------------------------------------------------
@@ -350,7 +358,7 @@ def test_a_topology_writes_every_output_once_and_a_replay_adds_nothing(
     try:
         txid, _ = replay.committed_offsets() or (None, None)
         assert txid == 2  # three batches: txids 0, 1, 2
-        replay.commit(1, squares(range(40, 80)), {})  # a replay of batch 1
+        replay.commit(batch(1, squares(range(40, 80)), {}))  # a replay of batch 1
     finally:
         replay.close()
     assert len(consume(bootstrap, output)) == 120

@@ -24,9 +24,10 @@ import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from kstorm._testhooks import PAUSE_ENV
 from kstorm.embedded import EmbeddedRedis, free_port
 from kstorm.errors import SinkError
-from sinks.redis import PAUSE_ENV, LuaMerge, RedisConfig, RedisSink
+from sinks.redis import LuaMerge, RedisConfig, RedisSink
 from sinks.redis._rules import ABSENT, Stored, update
 
 pytestmark = pytest.mark.integration
@@ -444,16 +445,17 @@ def test_ten_thousand_keys_commit_in_one_fast_step(config, name) -> None:
 
 def test_runtime_commit_refuses_to_write_over_lost_batches(redis_server) -> None:
     """Txids of one lineage are consecutive: a gap means Redis lost acknowledged writes."""
-    from kstorm.component import TopologyContext
+    from kstorm.sink import SinkBatch
+    from kstorm.testing import sink_context
     from kstorm.tuple import Fields, Tuple
     from sinks.redis import RedisConfig, RedisSink
 
     sink = RedisSink(RedisConfig.from_url(redis_server.url), key="gap:{k}", value="v")
-    sink.open({}, TopologyContext("gap-topology", "store"))
+    sink.open(sink_context("gap-topology", "store"))
     row = [Tuple(["a", 1], Fields("k", "v"), "src")]
-    sink.commit(0, row, {})
-    sink.commit(1, row, {})
+    sink.commit(SinkBatch(0, 0, row))
+    sink.commit(SinkBatch(1, 1, row))
     client = sink._redis()
     client.delete(*client.keys("kstorm:gap-topology:store:*"))  # Redis "forgot" batches 0-1
     with pytest.raises(SinkError, match="lost acknowledged writes"):
-        sink.commit(2, row, {})
+        sink.commit(SinkBatch(2, 2, row))

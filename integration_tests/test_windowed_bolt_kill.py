@@ -31,8 +31,8 @@ from eo_topology import TopologyProcess, produce_events
 from wb_topology import LAG_MS, WINDOW_MS, generate_events
 
 from kstorm._kafka.client import create_topic
+from kstorm._testhooks import PAUSE_ENV
 from kstorm.embedded import EmbeddedKafka, EmbeddedRedis
-from sinks.redis import PAUSE_ENV
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -31,7 +31,7 @@ import pyarrow as pa
 from kstorm import BaseBasicBolt, BaseStatefulBolt, Fields, TopologyBuilder
 from kstorm.bolt import BasicOutputCollector, OutputCollector
 from kstorm.component import OutputFieldsDeclarer, TopologyContext
-from kstorm.sink import BaseSink, SourceOffsets
+from kstorm.sink import BaseSink, SinkBatch
 from kstorm.state import KeyValueState
 from kstorm.topology import StormTopology
 from kstorm.tuple import Tuple
@@ -114,15 +114,14 @@ class LatestCounts(BaseSink):
         self.counts: dict[str, int] = {}
         self.commits: list[tuple[int, int, float]] = []  # (batch id, tuples, clock())
 
-    def commit(self, batch_id: int, tuples: list[Tuple], offsets: SourceOffsets,
-               state: Any = None) -> None:
+    def commit(self, batch: SinkBatch) -> None:
         """Fold the batch's ``(word, count)`` tuples in (a replay folds to the same)."""
         counts = self.counts
-        for tuple_ in tuples:
+        for tuple_ in batch.tuples:
             word, count = tuple_.values
             if count > counts.get(word, 0):
                 counts[word] = count
-        self.commits.append((batch_id, len(tuples), self.clock()))
+        self.commits.append((batch.batch_id, len(batch.tuples), self.clock()))
 
 
 def word_count(spout: Any, sink: BaseSink, *, split_tasks: int = 2,

@@ -6,6 +6,7 @@ Example:
     >>> builder.set_spout("events", KafkaSpout("events"))         # doctest: +SKIP
 """
 
+from kstorm._kafka.connection import KafkaConnection
 from kstorm.bolt import (
     BaseBasicBolt,
     BaseRichBolt,
@@ -14,8 +15,16 @@ from kstorm.bolt import (
     OutputCollector,
 )
 from kstorm.component import OutputFieldsDeclarer, TopologyContext
-from kstorm.config import Config, Guarantee, TopologyConfig, TriggerMode
+from kstorm.config import (
+    BadInputPolicy,
+    BoltErrorPolicy,
+    Config,
+    Guarantee,
+    TopologyConfig,
+    TriggerMode,
+)
 from kstorm.errors import (
+    BoltError,
     ConfigError,
     FailedException,
     FieldError,
@@ -25,9 +34,10 @@ from kstorm.errors import (
     SourceError,
     TopologyError,
 )
+from kstorm.handle import TopologyHandle
 from kstorm.kafka_spout import KafkaSpout
-from kstorm.runtime import TopologyHandle, submit_topology
-from kstorm.sink import BaseSink
+from kstorm.runtime import submit_topology
+from kstorm.sink import BaseSink, CommitRecord, SinkBatch, SinkContext
 from kstorm.spout import BaseRichSpout, SpoutOutputCollector
 from kstorm.state import InMemoryKeyValueState, KeyValueState
 from kstorm.topology import BoltDeclarer, StormTopology, TopologyBuilder
@@ -35,6 +45,7 @@ from kstorm.tuple import Fields, Tuple, Values
 from kstorm.windowing.bolt import BaseStatefulWindowedBolt, BaseWindowedBolt
 
 __all__ = [
+    "BadInputPolicy",
     "BaseBasicBolt",
     "BaseRichBolt",
     "BaseRichSpout",
@@ -44,6 +55,9 @@ __all__ = [
     "BaseWindowedBolt",
     "BasicOutputCollector",
     "BoltDeclarer",
+    "BoltError",
+    "BoltErrorPolicy",
+    "CommitRecord",
     "Config",
     "ConfigError",
     "FailedException",
@@ -51,12 +65,15 @@ __all__ = [
     "Fields",
     "Guarantee",
     "InMemoryKeyValueState",
+    "KafkaConnection",
     "KafkaSpout",
     "KeyValueState",
     "KstormError",
     "OutputCollector",
     "OutputFieldsDeclarer",
     "SerdeError",
+    "SinkBatch",
+    "SinkContext",
     "SinkError",
     "SourceError",
     "SpoutOutputCollector",

@@ -37,33 +37,18 @@ def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
-def _stop_jvm(timeout: float = 180.0) -> None:
-    """Stop Spark and wait for its JVM process to exit."""
-    from pyspark import SparkContext
-    from pyspark.sql import SparkSession
-
-    session = SparkSession.getActiveSession()
-    gateway = SparkContext._gateway
-    if session is not None:
-        session.stop()
-    proc = getattr(gateway, "proc", None)
-    if proc is not None:
-        proc.stdin.close()  # the JVM exits when its stdin closes
-        proc.wait(timeout)
-
-
 def _warm_up(args: argparse.Namespace) -> int:
     import tempfile
     import time
 
     from kstorm._spark import launch
-    from kstorm._spark.warmup import warm_up_topology
+    from kstorm._warmup_topology import warm_up_topology
     from kstorm.testing import run_to_completion
 
     if args.if_needed and launch.class_archive_state() == "ready":
         print("JVM class cache: ready (nothing to do)")
         return 0
-    from kstorm._spark.session import get_session
+    from kstorm._spark.session import get_session, stop_jvm
     from kstorm.config import TopologyConfig
 
     started = time.monotonic()
@@ -75,7 +60,7 @@ def _warm_up(args: argparse.Namespace) -> int:
     seconds = time.monotonic() - started
     received = sum(len(batch) for batch in result.sinks["sink"].batches.values())
     if launch.class_archive_state() == "recording":
-        _stop_jvm()  # the JVM writes the class archive as it exits
+        stop_jvm()  # the JVM writes the class archive as it exits
         launch.claim_recorded_archive()
     state = launch.class_archive_state()
     print(f"Spark started and ran a test topology in {seconds:.1f} s ({received} tuples); "

@@ -1,8 +1,10 @@
 """Topology configuration: Storm's key names, validated into one frozen model.
 
 Users build a :class:`Config` (a ``dict``, as Storm's ``Config`` is a ``HashMap``) with Storm's
-keys, and :func:`kstorm.submit_topology` validates it into :class:`TopologyConfig`. Each
-default lives here and only here; ``kstorm/_spark/session.py`` translates it to Spark options.
+keys, and :func:`kstorm.submit_topology` validates it into :class:`TopologyConfig`, which is
+what flows through kstorm from then on (nothing re-reads the dict). Each default lives here
+and only here; ``kstorm/_spark/session.py`` translates the model to Spark options and
+:class:`kstorm.KafkaConnection` to librdkafka settings.
 
 Example:
     >>> conf = Config({"topology.message.timeout.secs": 60})
@@ -16,10 +18,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+)
 
+from kstorm._kafka.connection import KafkaConnection
 from kstorm.errors import ConfigError
 
 
@@ -38,6 +48,26 @@ class TriggerMode(StrEnum):
     AVAILABLE_NOW = "available-now"  # process what is in the topics now, then return
 
 
+class BoltErrorPolicy(StrEnum):
+    """What happens when a bolt's ``execute`` raises (``kstorm.bolt.error.policy``)."""
+
+    DEAD_LETTER = "dead-letter"  # the tuple becomes a dead letter with the error; go on
+    FAIL = "fail"                # the topology stops with the error
+
+
+class BadInputPolicy(StrEnum):
+    """What happens to a record the spout cannot deserialize (``kstorm.bad.input.policy``)."""
+
+    DEAD_LETTER = "dead-letter"
+    FAIL = "fail"
+    SKIP_AND_COUNT = "skip-and-count"
+
+
+# Keys that name the same setting: Storm's checkpoint interval is kstorm's trigger interval
+# (one micro-batch is one checkpoint, seed 000).
+_ALIASES = {"kstorm.trigger.interval.ms": ("topology.state.checkpoint.interval.ms",)}
+
+
 class TopologyConfig(BaseModel):
     """The validated, frozen configuration of a submitted topology."""
 
@@ -47,63 +77,67 @@ class TopologyConfig(BaseModel):
     acker_executors: int | None = Field(None, ge=0, alias="topology.acker.executors")
     message_timeout_secs: int = Field(30, ge=1, alias="topology.message.timeout.secs")
     max_spout_pending: int | None = Field(None, ge=1, alias="topology.max.spout.pending")
-    state_provider: str = Field("spark", alias="topology.state.provider")
-    state_provider_config: str | None = Field(None, alias="topology.state.provider.config")
+    # where KeyValueState lives (seed 000); only Spark's state store today
+    state_provider: Literal["spark"] = Field("spark", alias="topology.state.provider")
+    # topology.debug: log every emitted tuple on the driver (logger ``kstorm.debug``)
     debug: bool = Field(False, alias="topology.debug")
+    # Kafka: the topology's connection (components may override, see KafkaConnection)
     bootstrap_servers: str | None = Field(None, alias="kafka.bootstrap.servers")
+    kafka_security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] | None = (
+        Field(None, alias="kafka.security.protocol"))
+    kafka_sasl_mechanism: str | None = Field(None, alias="kafka.sasl.mechanism")
+    kafka_sasl_username: str | None = Field(None, alias="kafka.sasl.username")
+    kafka_sasl_password: SecretStr | None = Field(None, alias="kafka.sasl.password")
+    kafka_ssl_ca_location: str | None = Field(None, alias="kafka.ssl.ca.location")
+    kafka_ssl_certificate_location: str | None = Field(
+        None, alias="kafka.ssl.certificate.location")
+    kafka_ssl_key_location: str | None = Field(None, alias="kafka.ssl.key.location")
+    kafka_ssl_key_password: SecretStr | None = Field(None, alias="kafka.ssl.key.password")
+    kafka_client_config: dict[str, Any] = Field(default_factory=dict,
+                                                alias="kafka.client.config")
+    # Spark
     master: str = Field("local[*]", alias="kstorm.spark.master")
     checkpoint_dir: Path | None = Field(None, alias="kstorm.checkpoint.dir")
     checkpoint_root: Path = Field(Path(".kstorm/checkpoints"), alias="kstorm.checkpoint.root")
     trigger: TriggerMode = Field(TriggerMode.CONTINUOUS, alias="kstorm.trigger")
-    trigger_interval_ms: int = Field(1000, ge=0, alias="kstorm.trigger.interval.ms")
+    trigger_interval_ms: int = Field(
+        1000, ge=0, alias="kstorm.trigger.interval.ms",
+        validation_alias=AliasChoices("kstorm.trigger.interval.ms",
+                                      "topology.state.checkpoint.interval.ms",
+                                      "trigger_interval_ms"))
     shuffle_partitions: int | None = Field(None, ge=1, alias="kstorm.shuffle.partitions")
     spark_conf: dict[str, str] = Field(default_factory=dict, alias="kstorm.spark.conf")
     spark_class_cache: bool = Field(True, alias="kstorm.spark.class.cache")
-    output_dir: Path | None = Field(None, alias="kstorm.output.dir")
-    progress: bool = Field(False, alias="kstorm.progress")
-    bolt_error_policy: str = Field("dead-letter", alias="kstorm.bolt.error.policy")
+    # errors and bad input
+    bolt_error_policy: BoltErrorPolicy = Field(BoltErrorPolicy.DEAD_LETTER,
+                                               alias="kstorm.bolt.error.policy")
     dead_letter_topic: str | None = Field(None, alias="kstorm.dead.letter.topic")
-    bad_input_policy: str = Field("dead-letter", alias="kstorm.bad.input.policy")
+    bad_input_policy: BadInputPolicy = Field(BadInputPolicy.DEAD_LETTER,
+                                             alias="kstorm.bad.input.policy")
+    # testing: every emitted tuple reaches the driver (kstorm.testing.run_to_completion)
     capture_emitted: bool = Field(False, alias="kstorm.capture.emitted")
-    # free-form spouts (next_tuple): when a batch of their emits ends (kstorm/_spout_executor.py)
+    # free-form spouts (next_tuple): when a batch of their emits ends
     spout_max_batch_tuples: int = Field(10_000, ge=1, alias="kstorm.spout.max.batch.tuples")
     spout_max_batch_ms: int = Field(1_000, ge=1, alias="kstorm.spout.max.batch.ms")
     spout_idle_calls: int = Field(3, ge=1, alias="kstorm.spout.idle.calls")
     spout_max_failures: int = Field(3, ge=1, alias="kstorm.spout.max.failures")
 
-    @field_validator("bad_input_policy")
-    @classmethod
-    def _known_bad_input_policy(cls, value: str) -> str:
-        if value not in ("dead-letter", "fail", "skip-and-count"):
-            msg = f"expected 'dead-letter', 'fail' or 'skip-and-count', got {value!r}"
-            raise ValueError(msg)
-        return value
-
-    @field_validator("bolt_error_policy")
-    @classmethod
-    def _known_policy(cls, value: str) -> str:
-        if value not in ("dead-letter", "fail"):
-            msg = f"expected 'dead-letter' or 'fail', got {value!r}"
-            raise ValueError(msg)
-        return value
-
-    @field_validator("state_provider")
-    @classmethod
-    def _known_provider(cls, value: str) -> str:
-        if value not in ("spark", "memory", "redis"):
-            msg = f"expected 'spark', 'memory' or 'redis', got {value!r}"
-            raise ValueError(msg)
-        return value
-
     @classmethod
     def from_conf(cls, conf: Mapping[str, Any] | None) -> TopologyConfig:
         """Validate a Storm-style config mapping; unknown keys are an error."""
         data = {k: v for k, v in dict(conf or {}).items() if not k.startswith("user.")}
+        for key, others in _ALIASES.items():
+            given = {k: data[k] for k in (key, *others) if k in data}
+            if len({str(v) for v in given.values()}) > 1:
+                msg = (f"invalid topology configuration: {sorted(given)} name the same "
+                       f"setting and disagree: {given}")
+                raise ConfigError(msg)
         try:
             return cls.model_validate(data)
         except ValidationError as exc:
             problems = "; ".join(
-                f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']} (got {err.get('input')!r})"
+                f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']} "
+                f"(got {_shown(err['loc'], err.get('input'))})"
                 for err in exc.errors()
             )
             msg = f"invalid topology configuration: {problems}"
@@ -124,6 +158,54 @@ class TopologyConfig(BaseModel):
         """Whether tuples are tracked (``topology.acker.executors`` is not 0)."""
         return self.acker_executors != 0 and self.guarantee is not Guarantee.AT_MOST_ONCE
 
+    @property
+    def captures(self) -> bool:
+        """Whether every emitted tuple goes to the driver (testing, or ``topology.debug``)."""
+        return self.capture_emitted or self.debug
+
+    # -- Kafka ---------------------------------------------------------------------------
+
+    @property
+    def kafka(self) -> KafkaConnection | None:
+        """The topology's Kafka connection, if ``kafka.bootstrap.servers`` is set."""
+        if not self.bootstrap_servers:
+            return None
+        return self.kafka_connection(None, None, where="the topology")
+
+    def kafka_connection(self, bootstrap_servers: str | None,
+                         client_config: Mapping[str, Any] | None, *,
+                         where: str) -> KafkaConnection:
+        """The connection of a component: the topology's, with the component's overrides.
+
+        Raises:
+            ConfigError: no brokers anywhere (names ``where`` and both ways to set them).
+        """
+        servers = bootstrap_servers or self.bootstrap_servers
+        if not servers:
+            msg = (f"{where}: no Kafka brokers: pass bootstrap_servers=... to it or set "
+                   "'kafka.bootstrap.servers' in the topology configuration")
+            raise ConfigError(msg)
+        base = KafkaConnection(
+            bootstrap_servers=servers,
+            security_protocol=self.kafka_security_protocol,
+            sasl_mechanism=self.kafka_sasl_mechanism,
+            sasl_username=self.kafka_sasl_username,
+            sasl_password=self.kafka_sasl_password,
+            ssl_ca_location=self.kafka_ssl_ca_location,
+            ssl_certificate_location=self.kafka_ssl_certificate_location,
+            ssl_key_location=self.kafka_ssl_key_location,
+            ssl_key_password=self.kafka_ssl_key_password,
+            settings=self.kafka_client_config,
+        )
+        return base.with_overrides(bootstrap_servers, client_config)
+
+
+def _shown(loc: tuple[Any, ...], value: Any) -> str:
+    """A rejected value as an error message shows it (secrets never)."""
+    if loc and isinstance(loc[0], str) and ("password" in loc[0] or "secret" in loc[0]):
+        return "***"
+    return repr(value)
+
 
 class Config(dict):
     """A Storm-style configuration dict with setters for the common keys.
@@ -132,7 +214,7 @@ class Config(dict):
     """
 
     def set_debug(self, debug: bool) -> None:
-        """``topology.debug``."""
+        """``topology.debug``: log every emitted tuple (logger ``kstorm.debug``)."""
         self["topology.debug"] = debug
 
     def set_message_timeout_secs(self, secs: int) -> None:

@@ -31,7 +31,7 @@ from typing import Any
 
 from kstorm.bolt import BaseBasicBolt, BaseStatefulBolt, BasicOutputCollector, OutputCollector
 from kstorm.component import OutputFieldsDeclarer, TopologyContext
-from kstorm.sink import BaseSink, SourceOffsets
+from kstorm.sink import BaseSink, SinkBatch
 from kstorm.tuple import Fields, Tuple
 
 WINDOW_MS = 10_000
@@ -109,13 +109,12 @@ class LatestTableSink(BaseSink):
         self.table: dict[tuple[str, int], int] = {}
         self.last_batch = -1
 
-    def commit(self, batch_id: int, tuples: list[Tuple], offsets: SourceOffsets,
-               state: Any = None) -> None:
+    def commit(self, batch: SinkBatch) -> None:
         """Totals are absolute, so applying a batch twice is harmless (idempotent)."""
-        for t in tuples:
+        for t in batch.tuples:
             page, start, count = t.values
             self.table[(page, start)] = count
-        self.last_batch = batch_id
+        self.last_batch = batch.batch_id
 
 
 @dataclass
@@ -223,9 +222,11 @@ def _produce(bootstrap: str, topic: str, partitions: int, evts: list[dict[str, A
     from confluent_kafka import Producer
 
     from kstorm._kafka.client import create_topic
+    from kstorm._kafka.connection import KafkaConnection
 
     create_topic(bootstrap, topic, partitions)
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20})
+    connection = KafkaConnection(bootstrap_servers=bootstrap)
+    producer = Producer(connection.client_config("producer", role_config={"linger.ms": 20}))
     for e in evts:
         producer.produce(topic, key=e["user"].encode(), value=json.dumps(e).encode())
         producer.poll(0)

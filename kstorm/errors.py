@@ -16,6 +16,8 @@ Hierarchy::
     ├── SourceError                          a spout could not read its source (Kafka
     │                                        topics; next_tuple failing again and again)
     ├── SinkError                            a sink could not commit a batch
+    ├── BoltError                            a bolt raised and kstorm.bolt.error.policy is
+    │                                        "fail"; names the bolt and the error
     └── FailedException                      raised by a bolt's ``execute`` to fail the
                                              input tuple (Storm's ``FailedException``)
 
@@ -65,11 +67,16 @@ class SinkError(KstormError):
     """A sink could not write or commit a batch."""
 
 
+class BoltError(KstormError):
+    """A bolt raised while ``kstorm.bolt.error.policy`` is ``fail``: the topology stops."""
+
+
 class FailedException(KstormError):
     """Raise from ``BaseBasicBolt.execute`` to fail the input tuple (Storm semantics)."""
 
 
 __all__ = [
+    "BoltError",
     "ConfigError",
     "EmbeddedServiceError",
     "FailedException",

@@ -19,15 +19,16 @@ from __future__ import annotations
 
 import base64
 import dataclasses
-import json
 import pickle
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass
-from typing import Any, cast
+from typing import Any, ClassVar, cast
 
 import pyarrow as pa
 
+from kstorm._kafka.connection import KafkaConnection, is_secret_key
+from kstorm._runtime.envelope import ERROR_COLUMN, RAW_COLUMN
 from kstorm.acking.retry import RetryPolicy
 from kstorm.component import OutputFieldsDeclarer
 from kstorm.errors import ConfigError, MissingDependencyError
@@ -36,8 +37,8 @@ from kstorm.tuple import Fields
 from serdes.base import Serde
 
 METADATA_FIELDS = ("topic", "partition", "offset", "kafka_key", "kafka_timestamp", "kafka_headers")
-ERROR_FIELD = "__error"
-RAW_FIELD = "__raw"
+ERROR_FIELD = ERROR_COLUMN  # a record that failed to deserialize: its error ...
+RAW_FIELD = RAW_COLUMN      # ... and its bytes
 HEADERS_TYPE = pa.list_(
     pa.field("element", pa.struct([("key", pa.string()), ("value", pa.binary())]))
 )
@@ -72,7 +73,7 @@ def _default_value_serde() -> Serde:
     return StringSerde()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class KafkaSpout(BaseRichSpout):
     """Declares a Kafka source of tuples.
 
@@ -80,7 +81,8 @@ class KafkaSpout(BaseRichSpout):
         topics: one topic or a list of topics (or use ``pattern``).
         pattern: a regular expression that whole topic names match; new matching topics
             are picked up while the topology runs.
-        bootstrap_servers: ``host:port,...``; ``None`` lets the runtime fill it in.
+        bootstrap_servers: ``host:port,...``; ``None``: the topology's
+            ``kafka.bootstrap.servers``.
         value_serde: turns a record value into fields (default: one string field ``value``).
         key_serde: turns the key into fields too; ``None`` keeps only the raw ``kafka_key``.
         starting_offsets: ``"earliest"``, ``"latest"``, ``"group"`` (the consumer group's
@@ -92,7 +94,11 @@ class KafkaSpout(BaseRichSpout):
             the first results come out soon even when the steady batches are large
             (default: 50,000; ``None`` turns the ramp-up off).
         max_offsets_per_task: split a partition's range into read tasks of this size.
-        consumer_config: extra librdkafka settings (security, fetch sizes...).
+        consumer_config: extra librdkafka settings (fetch sizes...); security settings in it
+            (``security.protocol``, ``sasl.*``, ``ssl.*``) apply to every client of the spout.
+        connection: a :class:`kstorm.KafkaConnection` to use instead of the topology's
+            (``bootstrap_servers`` and ``consumer_config``'s security settings still apply
+            on top). The runtime fills it in from the topology's ``kafka.*`` settings.
         poll_timeout: seconds one ``consume`` call waits for records.
         read_timeout: seconds a read task waits without progress before failing.
         metadata_refresh_secs: how often new partitions and topics are looked for.
@@ -121,6 +127,9 @@ class KafkaSpout(BaseRichSpout):
     read_timeout: float = 60.0
     metadata_refresh_secs: float = 10.0
     retry: RetryPolicy | None = None
+    connection: KafkaConnection | None = None
+
+    source_kind: ClassVar[str] = "kafka"  # the runtime reads it with its own Spark source
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__  # frozen: normalize once, here
@@ -152,10 +161,21 @@ class KafkaSpout(BaseRichSpout):
                 msg = f"KafkaSpout {name}: expected a positive number, got {value!r}"
                 raise ConfigError(msg)
         set_(self, "consumer_config", _check_consumer_config(self.consumer_config))
+        if self.connection is not None and not isinstance(self.connection, KafkaConnection):
+            msg = ("KafkaSpout connection: expected a kstorm.KafkaConnection, got "
+                   f"{self.connection!r}")
+            raise ConfigError(msg)
         if self.retry is not None and not isinstance(self.retry, RetryPolicy):
             msg = f"KafkaSpout retry: expected a kstorm.acking.RetryPolicy, got {self.retry!r}"
             raise ConfigError(msg)
         self.output_fields()  # fail early on a field-name collision
+
+    def __repr__(self) -> str:
+        where = f"pattern={self.pattern!r}" if self.pattern else f"{list(self.topics or ())!r}"
+        shown = {k: ("***" if is_secret_key(k) else v)
+                 for k, v in (self.consumer_config or {}).items()}
+        return (f"KafkaSpout({where}, bootstrap_servers={self.bootstrap_servers!r}, "
+                f"group_id={self.group_id!r}, consumer_config={shown!r})")
 
     # -- declaration -------------------------------------------------------------------
 
@@ -199,26 +219,57 @@ class KafkaSpout(BaseRichSpout):
             return topic in (self.topics or ())
         return not topic.startswith("__") and re.fullmatch(self.pattern, topic) is not None
 
+    def with_connection(self, connection: KafkaConnection) -> KafkaSpout:
+        """A copy whose clients all use ``connection`` (the runtime resolves it at submit)."""
+        return dataclasses.replace(self, connection=connection)
+
     def with_bootstrap(self, servers: str) -> KafkaSpout:
-        """A copy reading from ``servers`` (the runtime fills in the default brokers)."""
-        return dataclasses.replace(self, bootstrap_servers=servers)
+        """A copy reading from ``servers`` with this spout's own security settings."""
+        base = self.connection or KafkaConnection(bootstrap_servers=servers)
+        return dataclasses.replace(self, bootstrap_servers=servers, connection=base.with_overrides(
+            servers, self.consumer_config))
+
+    def client_config(self, role: str = "consumer", *, tuning: Mapping[str, Any] | None = None,
+                      **ids: Any) -> dict[str, Any]:
+        """Librdkafka settings of one of this spout's clients.
+
+        Consumer roles get ``tuning`` (kstorm's defaults for that client) with the spout's
+        ``consumer_config`` over it.
+
+        Raises:
+            ConfigError: the runtime has not resolved the spout's connection yet.
+        """
+        own = ({**(tuning or {}), **(self.consumer_config or {})}
+               if role in ("consumer", "group") else None)
+        return self.resolved_connection().client_config(role, role_config=own, **ids)  # type: ignore[arg-type]
+
+    def resolved_connection(self) -> KafkaConnection:
+        """The connection every client of this spout uses.
+
+        ``connection`` when the runtime (or you) set it, else one from ``bootstrap_servers``
+        and the security settings of ``consumer_config``.
+
+        Raises:
+            ConfigError: neither is set.
+        """
+        if self.connection is not None:
+            return self.connection
+        if self.bootstrap_servers:
+            return KafkaConnection.from_client_config(self.bootstrap_servers,
+                                                      self.consumer_config)
+        msg = (f"KafkaSpout({self.topics or self.pattern!r}): no brokers: pass "
+               "bootstrap_servers=... or set 'kafka.bootstrap.servers' in the topology conf")
+        raise ConfigError(msg)
 
     # -- transport to the Spark source -------------------------------------------------
 
     def to_options(self, dumps: Callable[[Any], bytes] = pickle.dumps) -> dict[str, str]:
-        """Data source options: ``{"spec": <JSON>}`` (serdes pickled with ``dumps``)."""
-        spec = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "_"}
-        for name in ("value_serde", "key_serde"):
-            serde = spec[name]
-            spec[name] = None if serde is None else base64.b64encode(dumps(serde)).decode()
-        spec["consumer_config"] = dict(self.consumer_config or {})
-        spec["retry"] = None if self.retry is None else dataclasses.asdict(self.retry)
-        if isinstance(self.starting_offsets, Mapping):
-            spec["starting_offsets"] = {
-                t: {str(p): o for p, o in parts.items()}
-                for t, parts in self.starting_offsets.items()
-            }
-        return {"spec": json.dumps(spec, sort_keys=True)}
+        """Data source options: ``{"spec": <base64 of the pickled spout>}``.
+
+        Pickled rather than spelled out: Spark may show a source's options, and the spout's
+        connection holds secrets.
+        """
+        return {"spec": base64.b64encode(dumps(self)).decode()}
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> KafkaSpout:
@@ -226,13 +277,11 @@ class KafkaSpout(BaseRichSpout):
         if "spec" not in options:
             msg = "kstorm_kafka source: missing option 'spec' (use read_stream())"
             raise ConfigError(msg)
-        spec = json.loads(options["spec"])
-        for name in ("value_serde", "key_serde"):
-            if spec[name] is not None:
-                spec[name] = pickle.loads(base64.b64decode(spec[name]))
-        if spec.get("retry") is not None:
-            spec["retry"] = RetryPolicy(**spec["retry"])
-        return cls(**spec)
+        spout = pickle.loads(base64.b64decode(options["spec"]))
+        if not isinstance(spout, cls):
+            msg = f"kstorm_kafka source: option 'spec' holds a {type(spout).__name__}"
+            raise ConfigError(msg)
+        return spout
 
     # -- validation helpers ------------------------------------------------------------
 

@@ -1,58 +1,171 @@
-"""Sinks: components that run in the ordered commit phase of each batch (seed 002).
+"""Sinks: the components that commit a batch's results in the ordered commit phase (seed 002).
 
-A sink is attached like a bolt (``builder.set_bolt("store", sink).fields_grouping(...)``) but
-runs on the driver, after the batch's processing phase, in strictly increasing batch id
-order. Its :meth:`BaseSink.commit` receives every tuple addressed to it in the batch, the
-batch id (the txid) and the batch's source end offsets, so it can store state and offsets in
-one atomic step, skip a txid it already has, and tell the runtime where to resume.
+A sink is attached like a bolt (``builder.set_bolt("store", sink).fields_grouping(...)``)
+but runs on the driver, after the batch's processing phase, in strictly increasing txid
+order: seed 002's committers. The contract (the README's "Writing a sink" says it for users):
+
+1. **A declaration.** The object a user builds is pickled and copied; it holds settings only.
+   :meth:`BaseSink.open` builds the live client (a connection, a producer) from a
+   :class:`SinkContext`, once, on the driver, before the first commit.
+2. **One batch value.** :meth:`BaseSink.commit` receives a :class:`SinkBatch`: the txid, the
+   tuples addressed to the sink, and the Kafka end offsets the batch read to. The runtime
+   computes ``txid = txid base + Spark batch id`` once; txids only grow, also across a lost
+   checkpoint, so a sink keyed by txid never confuses two batches.
+3. **Idempotent per txid.** A batch can reach ``commit`` again after a crash (the sink
+   committed, Spark had not recorded it). Writing with the txid and skipping a txid already
+   written (or recomputing from the value before it, seed 002's opaque rule) keeps the
+   output exact. ``abort`` is called when the batch fails after ``commit`` was called, so a
+   sink with an open transaction can drop it; it must be idempotent too.
+4. **Records for reconcile** (optional, ``records_offsets = True``): the sink stores
+   ``batch.offsets``, the txid and ``batch.state`` (the runtime's state after the batch:
+   open windows, window snapshots, un-acked offsets) *in the same atomic step* as its values,
+   and answers :meth:`BaseSink.committed_offsets` / :meth:`BaseSink.committed_state` on
+   start. When the checkpoint is lost or behind, the topology resumes from that record.
 """
 
 from __future__ import annotations
 
+import inspect
+import warnings
 from collections.abc import Mapping
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
-from kstorm.component import Component, OutputFieldsDeclarer, TopologyContext
+from kstorm.component import Component, OutputFieldsDeclarer
 from kstorm.tuple import Tuple
 
-# spout id -> that spout's end offsets after the batch (Kafka: {topic: {partition: offset}})
-SourceOffsets = Mapping[str, Mapping[str, Any]]
+if TYPE_CHECKING:
+    from kstorm._kafka.connection import KafkaConnection
+    from kstorm.config import TopologyConfig
+
+Offsets = dict[str, dict[int, int]]
+"""``{topic: {partition: end offset (exclusive)}}``."""
+
+
+class CommitRecord(NamedTuple):
+    """What a recording sink last committed: its txid and the source end offsets."""
+
+    txid: int
+    offsets: Offsets
+
+
+@dataclass(frozen=True)
+class SinkContext:
+    """What :meth:`BaseSink.open` gets: where the sink runs and the topology's settings.
+
+    Attributes:
+        topology_name: the topology's name (sinks name their bookkeeping after it).
+        component_id: the sink's id in the topology.
+        settings: the validated topology configuration.
+        conf: the configuration as the user gave it, with the component's own keys
+            (Storm style; ``user.*`` keys included).
+        kafka: the topology's Kafka connection (``kafka.*`` keys), if it has one; a Kafka
+            sink puts its own brokers/security on top (``KafkaConnection.with_overrides``).
+    """
+
+    topology_name: str
+    component_id: str
+    settings: TopologyConfig
+    conf: Mapping[str, Any] = field(default_factory=dict)
+    kafka: KafkaConnection | None = None
+
+
+@dataclass(frozen=True)
+class SinkBatch:
+    """One batch for one sink (see the module docstring).
+
+    Attributes:
+        txid: the transaction id: the same for every replay of the batch, strictly growing,
+            never reused (also after a lost checkpoint).
+        batch_id: Spark's batch id (``txid - batch_id`` is the checkpoint's txid base).
+        tuples: the tuples addressed to this sink in this batch, in arrival order.
+        offsets: the Kafka end offsets the batch read to, ``{topic: {partition: end}}``.
+        state: the runtime's state after this batch (name -> bytes); a sink with
+            ``records_offsets`` stores it atomically with the offsets.
+        attempt: 0 for the first attempt of this txid in this process, then 1, 2, ...
+    """
+
+    txid: int
+    batch_id: int
+    tuples: list[Tuple]
+    offsets: Offsets = field(default_factory=dict)
+    state: Mapping[str, bytes] = field(default_factory=dict)
+    attempt: int = 0
+
+    @property
+    def first_of_lineage(self) -> bool:
+        """Whether no earlier txid exists for this sink's record (batch 0 of a checkpoint)."""
+        return self.batch_id == 0
 
 
 class BaseSink(Component):
-    """Base of exactly-once sinks. Subclasses implement :meth:`commit`."""
+    """Base of sinks. Subclasses implement :meth:`commit` (and :meth:`open` for clients).
 
-    is_sink = True
-    stores_state = False  # True: commit() stores ``state`` atomically with the offsets
-    txid_base = 0  # txid = txid_base + batch id; the runtime raises it after a lost checkpoint
+    Example:
+        >>> class PrintSink(BaseSink):
+        ...     def commit(self, batch):
+        ...         for t in batch.tuples:
+        ...             print(batch.txid, t.values)
+    """
+
+    is_sink: ClassVar[bool] = True
+    records_offsets: ClassVar[bool] = False
+    """True: ``commit`` stores offsets + state with the values and reconcile may use them."""
 
     def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
         """Sinks emit nothing."""
 
-    def open(self, conf: dict[str, Any], context: TopologyContext) -> None:
-        """Called once on the driver before the first commit (create clients here)."""
+    def open(self, context: SinkContext) -> None:
+        """Called once on the driver before the first commit: create clients here."""
 
-    def commit(self, batch_id: int, tuples: list[Tuple], offsets: SourceOffsets,
-               state: Mapping[str, bytes] | None = None) -> None:
-        """Apply one batch atomically; must be idempotent for a batch id it already has.
-
-        ``state`` (for sinks with ``stores_state``) is the runtime's driver state after the
-        batch (windowed aggregates' open windows), to store in the same atomic step.
-        """
-        msg = f"{type(self).__name__} must implement commit()"
+    def commit(self, batch: SinkBatch) -> None:
+        """Apply one batch atomically; a txid already applied must change nothing."""
+        msg = f"{type(self).__name__} must implement commit(batch)"
         raise NotImplementedError(msg)
 
-    def committed_offsets(self) -> tuple[int, Mapping[str, Mapping[int, int]]] | None:
-        """``(txid, {topic: {partition: end}})`` of the last batch committed, if it stores them.
+    def abort(self, batch: SinkBatch) -> None:
+        """The batch failed after :meth:`commit` was called: drop what it left open."""
 
-        Used on start to reconcile with the Spark checkpoint: when the checkpoint is missing
-        or behind, the spouts resume from these offsets.
-        """
+    def committed_offsets(self) -> CommitRecord | None:
+        """``(txid, offsets)`` of the last committed batch (sinks that record offsets)."""
         return None
 
     def committed_state(self) -> dict[str, bytes]:
-        """The ``state`` stored with the last committed batch (sinks with ``stores_state``)."""
+        """The ``state`` stored with the last committed batch (sinks that record offsets)."""
         return {}
 
     def close(self) -> None:
         """Called on the driver when the topology stops."""
+
+
+# -- sinks written against the first contract ----------------------------------------------
+
+
+def open_sink(sink: BaseSink, context: SinkContext) -> None:
+    """``sink.open(context)``; a sink written as ``open(conf, context)`` still works."""
+    if _positional(type(sink).open) == 2:
+        _warn_legacy(sink, "open(conf, context)")
+        sink.open(dict(context.conf), context)  # type: ignore[call-arg]
+        return
+    sink.open(context)
+
+
+def commit_sink(sink: BaseSink, batch: SinkBatch) -> None:
+    """``sink.commit(batch)``; a sink written as ``commit(batch_id, tuples, offsets)`` too."""
+    if _positional(type(sink).commit) >= 3:
+        _warn_legacy(sink, "commit(batch_id, tuples, offsets)")
+        sink.commit(batch.batch_id, batch.tuples, batch.offsets)  # type: ignore[call-arg]
+        return
+    sink.commit(batch)
+
+
+def _positional(method: Any) -> int:
+    params = list(inspect.signature(method).parameters.values())[1:]
+    return sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty
+               for p in params)
+
+
+def _warn_legacy(sink: BaseSink, form: str) -> None:
+    warnings.warn(f"{type(sink).__name__}.{form} is the old sink contract; implement "
+                  "open(context) / commit(batch) (README: Writing a sink)",
+                  DeprecationWarning, stacklevel=3)

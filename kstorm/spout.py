@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from kstorm.component import Component, TopologyContext
 from kstorm.tuple import DEFAULT_STREAM
@@ -42,6 +42,13 @@ class BaseRichSpout(Component):
         ...     def next_tuple(self):
         ...         self.collector.emit([self.n], message_id=self.n)
         ...         self.n += 1
+    """
+
+    source_kind: ClassVar[str] = "next_tuple"
+    """How the runtime reads this spout: ``next_tuple`` calls, logged into batches.
+
+    (:class:`kstorm.KafkaSpout` and :class:`kstorm.testing.ListSpout` are read by Spark
+    sources of their own instead: ``"kafka"``, ``"list"``.)
     """
 
     def open(self, conf: dict[str, Any], context: TopologyContext,

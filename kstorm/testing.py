@@ -6,6 +6,7 @@
 - :func:`run_to_completion`: run a topology over everything its spouts have, return what
   every component emitted on every stream and what each capture received.
 - :class:`ManualClock`: a controllable clock for windowing and timeout logic.
+- :func:`sink_context`: what ``BaseSink.open`` gets, to test a sink on its own.
 
 Example:
     >>> spout = ListSpout([[("a b",)], [("b",)]], Fields("sentence"))
@@ -26,8 +27,9 @@ from typing import Any
 import pyarrow as pa
 
 from kstorm.component import OutputFieldsDeclarer
+from kstorm.config import TopologyConfig
 from kstorm.errors import TopologyError
-from kstorm.sink import BaseSink, SourceOffsets
+from kstorm.sink import BaseSink, Offsets, SinkBatch, SinkContext
 from kstorm.spout import BaseRichSpout
 from kstorm.topology import StormTopology
 from kstorm.tuple import Fields, Tuple
@@ -43,6 +45,8 @@ class ListSpout(BaseRichSpout):
         fields: the output fields.
         partitions: how many Spark partitions (spout tasks) each batch is split into.
     """
+
+    source_kind = "list"  # read by the runtime's list source, never through next_tuple
 
     def __init__(self, batches: Sequence[Sequence[Sequence[Any]]], fields: Fields, *,
                  partitions: int = 1) -> None:
@@ -80,17 +84,22 @@ class ListSpout(BaseRichSpout):
 
 
 class CaptureSink(BaseSink):
-    """A sink that records every tuple it receives, by batch id (on the driver)."""
+    """A sink that records every tuple it receives, by batch id (on the driver).
+
+    ``batches`` maps batch id -> tuples, ``offsets`` batch id -> the Kafka end offsets,
+    ``txids`` batch id -> txid.
+    """
 
     def __init__(self) -> None:
         self.batches: dict[int, list[Tuple]] = {}
-        self.offsets: dict[int, SourceOffsets] = {}
+        self.offsets: dict[int, Offsets] = {}
+        self.txids: dict[int, int] = {}
 
-    def commit(self, batch_id: int, tuples: list[Tuple], offsets: SourceOffsets,
-               state: Any = None) -> None:
+    def commit(self, batch: SinkBatch) -> None:
         """Record the batch (a replayed batch id replaces the earlier attempt)."""
-        self.batches[batch_id] = list(tuples)
-        self.offsets[batch_id] = offsets
+        self.batches[batch.batch_id] = list(batch.tuples)
+        self.offsets[batch.batch_id] = batch.offsets
+        self.txids[batch.batch_id] = batch.txid
 
     @property
     def tuples(self) -> list[Tuple]:
@@ -132,6 +141,18 @@ def run_to_completion(topology: StormTopology, conf: Mapping[str, Any] | None = 
         emitted[component][stream].append(values)
     return RunResult({k: dict(v) for k, v in emitted.items()}, handle.sinks,
                      handle.progress, list(handle.dead_letters))
+
+
+def sink_context(topology_name: str = "test", component_id: str = "sink",
+                 conf: Mapping[str, Any] | None = None) -> SinkContext:
+    """The :class:`SinkContext` the runtime would open a sink with (testing a sink alone).
+
+    Example:
+        >>> sink.open(sink_context("wc", "store", {"kafka.bootstrap.servers": "b:9092"}))
+        ... # doctest: +SKIP
+    """
+    settings = TopologyConfig.from_conf(conf)
+    return SinkContext(topology_name, component_id, settings, dict(conf or {}), settings.kafka)
 
 
 class ManualClock:

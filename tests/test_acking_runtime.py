@@ -6,8 +6,10 @@ import struct
 import pytest
 
 from kstorm import BaseBasicBolt, BaseRichBolt, FailedException, Fields, KafkaSpout, TopologyBuilder
-from kstorm._runtime.executor import StageExecutor
 from kstorm._ids import ACKER_COMPONENT
+from kstorm._runtime.batch import BatchOffsets
+from kstorm._runtime.checkpoint import CheckpointLayout
+from kstorm._runtime.executor import StageExecutor
 from kstorm._runtime.plan import AckingPlan, acking_plan, compile_plan
 from kstorm._runtime.reliability import SpoutReliability, book_of
 from kstorm.acking import AckerMessage, AnchorTracker, Outcome, RetryPolicy
@@ -267,10 +269,14 @@ def _events(*events, pending=(), acked=None):
     return [(0, pickle.dumps(payload))]
 
 
+def _offsets(batch_id, sources):
+    return BatchOffsets.parse(batch_id, 0, sources, kafka_spouts=set(sources))
+
+
 def test_driver_acks_retries_times_out_and_dead_letters(tmp_path, monkeypatch):
     import kstorm._runtime.reliability as reliability
 
-    monkeypatch.setattr(reliability, "_fetch_values", lambda spout, servers, ids: {
+    monkeypatch.setattr(reliability, "_fetch_values", lambda spout, ids: {
         i: b"raw" for i in ids})
     Recording.calls = []
     b = TopologyBuilder()
@@ -280,33 +286,33 @@ def test_driver_acks_retries_times_out_and_dead_letters(tmp_path, monkeypatch):
     topology = b.create_topology()
     acking = acking_plan(topology, compile_plan(topology), n_ackers=1, timeout_ms=1_000)
     assert acking.report_acks == frozenset({0})
-    driver = SpoutReliability(topology, acking, tmp_path, {}, None)
+    driver = SpoutReliability(topology, acking, CheckpointLayout(tmp_path))
     root = {o: root_id_for(0, "t", 0, o, 0) for o in range(4)}
-    ends = {"lines": {"t": {"0": 4}, **marks(1_000, [])}}
-    out = driver.commit(0, ends, 0, _events(
+    ends = _offsets(0, {"lines": {"t": {"0": 4}, **marks(1_000, [])}})
+    out = driver.commit(ends, _events(
         ("acked", root[0], 0, ("t", 0, 0, 0)), ("failed", root[1], 0, ("t", 0, 1, 0)),
         pending=[(root[2], 0, ("t", 0, 2, 0))], acked={0: 1}))
     driver.persist(0, out)
     assert Recording.calls == [("ack", ("t", 0, 0)), ("fail", ("t", 0, 1))]
     assert out.counters["lines.acked"] == 2 and out.counters["lines.failed"] == 1
-    book = SpoutBook.from_json((tmp_path / "acking" / "lines.book.json").read_text())
+    book = SpoutBook.from_json((tmp_path / "kstorm" / "acking" / "lines.book.json").read_text())
     assert book.committable == {("t", 0): 1}  # offsets 1 (waiting) and 2 (pending) un-acked
     assert book.retries == [("t", 0, 1, 1, 1_100)] and book.next_timeout_ms == 2_000
     # batch 1 at 2,000 ms re-emits offset 1 (attempt 1), which fails again: dead letter;
     # offset 2 times out and waits for its retry.
     retry_root = root_id_for(0, "t", 0, 1, 1)
-    ends = {"lines": {"t": {"0": 4}, **marks(2_000, [("t", 0, 1, 1)])}}
-    out = driver.commit(1, ends, 0, _events(("failed", retry_root, 0, ("t", 0, 1, 1))))
+    ends = _offsets(1, {"lines": {"t": {"0": 4}, **marks(2_000, [("t", 0, 1, 1)])}})
+    out = driver.commit(ends, _events(("failed", retry_root, 0, ("t", 0, 1, 1))))
     driver.persist(1, out)
     assert out.counters["lines.replayed"] == 1 and out.counters["lines.dead_lettered"] == 1
     assert out.counters["lines.timed_out"] == 1
     (dead,) = out.dead_letters
     assert (dead["topic"], dead["partition"], dead["offset"], dead["raw"]) == ("t", 0, 1, b"raw")
     assert dead["error_type"] == "TupleFailed"
-    book = SpoutBook.from_json((tmp_path / "acking" / "lines.book.json").read_text())
+    book = SpoutBook.from_json((tmp_path / "kstorm" / "acking" / "lines.book.json").read_text())
     assert book.committable == {("t", 0): 2} and book.outstanding == 1
     # a replay of batch 1 starts from the state after batch 0: the same decisions
-    again = driver.commit(1, ends, 0, _events(("failed", retry_root, 0, ("t", 0, 1, 1))))
+    again = driver.commit(ends, _events(("failed", retry_root, 0, ("t", 0, 1, 1))))
     assert again.counters == out.counters
     assert book_of(1, again.trackers["lines"], again.ends["lines"]) == book
 

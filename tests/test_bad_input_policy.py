@@ -40,7 +40,8 @@ def test_policy_is_validated():
 
 
 def test_a_failed_topology_names_the_bolt_exception_not_sparks_wrapper():
-    from kstorm.runtime import _cause
+    from kstorm.errors import KstormError, SerdeError
+    from kstorm.handle import failure
 
     spark_text = (
         "[STREAM_FAILED] Query [id = 1] terminated with exception: "
@@ -52,6 +53,22 @@ def test_a_failed_topology_names_the_bolt_exception_not_sparks_wrapper():
         "the Python worker:\n"
         '    raise ValueError("cannot take 7")\n'
         "ValueError: cannot take 7\n")
-    assert _cause(Exception(spark_text)) == "ValueError: cannot take 7"
-    assert _cause(Exception("x\nkstorm.errors.SerdeError: spout 'e': bad")) == (
-        "SerdeError: spout 'e': bad")
+    error = failure("wc", Exception(spark_text))
+    assert type(error) is KstormError
+    assert str(error) == "topology 'wc' failed: ValueError: cannot take 7"
+    error = failure("wc", Exception("x\nkstorm.errors.SerdeError: spout 'e': bad"))
+    assert isinstance(error, SerdeError)
+    assert str(error) == "topology 'wc' failed: SerdeError: spout 'e': bad"
+
+
+def test_a_failure_in_the_commit_phase_keeps_its_class():
+    from kstorm.errors import SinkError
+    from kstorm.handle import failure
+
+    class KafkaCallError(SinkError):  # a sink's own subclass: the nearest kstorm class
+        def __init__(self, message, kind):
+            super().__init__(message)
+
+    error = failure("wc", Exception("STREAM_FAILED"), KafkaCallError("no brokers", "fatal"))
+    assert type(error) is SinkError
+    assert "no brokers" in str(error)

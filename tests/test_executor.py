@@ -14,9 +14,11 @@ from kstorm import (
     TopologyError,
     Tuple,
 )
-from kstorm._runtime.executor import CAPTURE_DEST, StageExecutor, stable_hash
 from kstorm._ids import DEAD_LETTER_STREAM
+from kstorm._runtime.envelope import CAPTURE as CAPTURE_DEST
+from kstorm._runtime.executor import StageExecutor
 from kstorm._runtime.plan import compile_plan
+from kstorm.grouping import stable_hash
 from kstorm.testing import CaptureSink, ListSpout
 
 
@@ -108,10 +110,14 @@ def test_bolt_exception_becomes_a_dead_letter_and_processing_goes_on():
     assert words == ["OK", "FINE"]
 
 
-def test_error_policy_fail_raises():
+def test_error_policy_fail_raises_a_bolt_error_naming_the_bolt():
+    from kstorm.errors import BoltError
+
     _, _, ex = build(**{"kstorm.bolt.error.policy": "fail"})
-    with pytest.raises(ValueError, match="cannot split boom"):
+    expected = "bolt 'split' raised ValueError: cannot split boom"
+    with pytest.raises(BoltError, match=expected) as info:
         list(ex.process(lines("boom")))
+    assert isinstance(info.value.__cause__, ValueError)
 
 
 def test_failed_exception_fails_the_tuple():

@@ -9,8 +9,9 @@ import pickle
 
 import pytest
 
-from kstorm.component import TopologyContext
 from kstorm.errors import ConfigError, SinkError
+from kstorm.sink import SinkBatch
+from kstorm.testing import sink_context
 from serdes import AvroSerde, JsonSerde, StringSerde
 from sinks.kafka import KafkaSink
 
@@ -20,8 +21,7 @@ AVRO = AvroSerde({"type": "record", "name": "Out", "fields": [
 
 def test_defaults():
     sink = KafkaSink("word-counts")
-    assert sink.stores_state is True
-    assert sink.txid_base == 0
+    assert sink.records_offsets is True
     assert sink.bootstrap_servers is None and sink.key is None and sink.fields is None
     assert isinstance(sink.value_serde, JsonSerde)
     assert sink.name is None  # the runtime's open() names it kstorm.<topology>.<sink>
@@ -99,13 +99,13 @@ def test_timeout_must_be_positive(timeout):
 def test_open_without_brokers_says_where_to_set_them():
     sink = KafkaSink("out")
     with pytest.raises(ConfigError, match="kafka.bootstrap.servers"):
-        sink.open({}, TopologyContext("wc", "out"))
+        sink.open(sink_context("wc", "out"))
 
 
 def test_open_rejects_a_topology_name_that_cannot_name_a_topic():
     sink = KafkaSink("out", bootstrap_servers="127.0.0.1:1")
     with pytest.raises(ConfigError, match="kstorm.word count.out"):
-        sink.open({}, TopologyContext("word count", "out"))
+        sink.open(sink_context("word count", "out"))
 
 
 def test_reading_before_open_is_a_clear_error():
@@ -113,7 +113,7 @@ def test_reading_before_open_is_a_clear_error():
     with pytest.raises(SinkError, match="open"):
         sink.committed_offsets()
     with pytest.raises(SinkError, match="open"):
-        sink.commit(0, [], {})
+        sink.commit(SinkBatch(0, 0, []))
 
 
 def test_the_declaration_pickles_and_copies_without_clients():

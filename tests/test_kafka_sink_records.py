@@ -15,7 +15,6 @@ from sinks.kafka._book import (
     assemble_state,
     commit_record,
     marker_offset,
-    source_offsets,
     state_records,
     txid_of_marker,
 )
@@ -104,14 +103,6 @@ def test_a_bad_key_function_fails_the_batch_clearly():
 
 
 # -- bookkeeping --------------------------------------------------------------------------
-
-
-def test_source_offsets_keep_only_kafka_partitions():
-    offsets = {"events": {"clicks": {"0": 12, "1": 7}, "views": {"0": 3}},
-               "more": {"clicks": {"2": 5}}, "list": {"batch": 4}, "other": None,
-               "clocked": {"@clocks": {"clicks/0": 99}}}
-    assert source_offsets(offsets) == {"clicks": {0: 12, 1: 7, 2: 5}, "views": {0: 3}}
-    assert source_offsets(None) == {}
 
 
 def test_the_marker_stores_txid_plus_one():

@@ -6,19 +6,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kstorm import BaseBasicBolt, BaseRichBolt, Fields, TopologyBuilder, Tuple
-from kstorm._runtime.executor import (
-    Packed,
-    StageExecutor,
-    dumps,
-    pack,
-    stable_hash,
-    stable_hash_one,
-    unpack_values,
-)
+from kstorm._runtime.envelope import Packed, dumps, envelope_tuples, pack, to_arrow, unpack_values
+from kstorm._runtime.executor import StageExecutor
 from kstorm._runtime.plan import compile_plan
 from kstorm._spark.commit import CommitPhase
-from kstorm._runtime.envelope import envelope_tuples, to_arrow
 from kstorm._spark.gc_control import paused
+from kstorm.grouping import stable_hash, stable_hash_one
 from kstorm.testing import CaptureSink, ListSpout
 
 atoms = st.one_of(st.text(max_size=20), st.integers(), st.booleans(), st.none(),

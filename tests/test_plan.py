@@ -1,8 +1,8 @@
 """The compiled plan: which bolts fuse, which groupings become which partitioning."""
 
 from kstorm import BaseBasicBolt, BaseStatefulBolt, Fields, TopologyBuilder
-from kstorm._runtime.plan import PartitionKind, compile_plan, task_for
-from kstorm.grouping import Grouping, GroupingKind
+from kstorm._runtime.plan import PartitionKind, compile_plan
+from kstorm.grouping import Grouping, GroupingKind, task_for
 from kstorm.testing import CaptureSink, ListSpout
 
 

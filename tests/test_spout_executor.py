@@ -155,11 +155,14 @@ def test_acks_not_delivered_before_a_crash_go_to_the_next_instance(tmp_path: Pat
 
 
 def test_committed_logs_are_pruned(tmp_path: Path) -> None:
-    ex = executor(Script([[i] for i in range(10)]), tmp_path, max_tuples=1)
-    for seq in range(6):
+    from kstorm._runtime.checkpoint import KEEP_BATCHES
+
+    ex = executor(Script([[i] for i in range(KEEP_BATCHES + 10)]), tmp_path, max_tuples=1)
+    for seq in range(KEEP_BATCHES + 6):
         ex.next_batch(seq)
     kept = sorted(int(p.name) for p in (tmp_path / "api").iterdir() if p.name.isdigit())
-    assert kept == [3, 4, 5]  # batch 5 in flight, two acked ones kept
+    # batch KEEP_BATCHES + 5 in flight, the KEEP_BATCHES acked ones before it kept
+    assert kept == list(range(5, KEEP_BATCHES + 6))
 
 
 def test_next_tuple_raising_ends_the_batch_with_what_came_before(tmp_path: Path) -> None:

@@ -10,11 +10,11 @@ import pytest
 from kstorm import BaseStatefulWindowedBolt, BaseWindowedBolt, Fields, TopologyBuilder
 from kstorm._runtime.executor import StageExecutor
 from kstorm._runtime.plan import compile_plan
-from kstorm.windowing._task import Collect, WindowedTask
 from kstorm.errors import ConfigError, TopologyError
 from kstorm.testing import CaptureSink, ListSpout
 from kstorm.tuple import Tuple
 from kstorm.windowing import Count, Duration, TupleWindow, WindowConfig
+from kstorm.windowing._task import Collect, WindowedTask
 
 FIELDS = Fields("id", "ts")
 

@@ -23,6 +23,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from kstorm._runtime.checkpoint import CheckpointLayout
 from kstorm._spark.windowed import WindowCommit
 from kstorm.errors import ConfigError
 from kstorm.windowing import Duration, value_counts
@@ -67,7 +68,7 @@ def run(batches: list[list[list[Row]]], spec: AggregateSpec, state_dir: Path,
     ``restart_after``: after that batch, drop the driver's directory and continue from the
     snapshot the sink would have stored (the checkpoint-loss path).
     """
-    driver = WindowCommit("agg", spec, state_dir / "0")
+    driver = WindowCommit("agg", spec, CheckpointLayout(state_dir / "0"))
     out: list[tuple[int, list[Any]]] = []
     late = 0
     latest: dict[str, int] = {}
@@ -79,7 +80,7 @@ def run(batches: list[list[list[Row]]], spec: AggregateSpec, state_dir: Path,
         out.extend((batch_id, r) for r in results)
         if batch_id == restart_after:
             snapshot = windows.snapshot()
-            driver = WindowCommit("agg", spec, state_dir / f"{batch_id + 1}")
+            driver = WindowCommit("agg", spec, CheckpointLayout(state_dir / f"{batch_id + 1}"))
             driver.seed(snapshot)
     return out, late
 
@@ -207,7 +208,7 @@ def test_replayed_batch_gives_the_same_windows(tmp_path: Path) -> None:
     spec = make_spec(10, 10, 0, 2)
     rows = [("t/0", ts, "a", item, 1) for ts, item in
             [(1, "pen"), (2, "cup"), (3, "pen"), (15, "ink"), (25, None)]]
-    driver = WindowCommit("agg", spec, tmp_path)
+    driver = WindowCommit("agg", spec, CheckpointLayout(tmp_path))
     first, windows = driver.commit(0, [task_payload(rows[:4], spec, {})])
     driver.persist(0, windows)
     again, _ = driver.commit(1, [task_payload(rows[4:], spec, windows.latest)])
@@ -220,15 +221,15 @@ def test_state_is_canonical_and_json_results(tmp_path: Path) -> None:
     spec = make_spec(10, 10, 100, 3)
     rows = [("t/0", ts, key, item, ts % 3) for ts, key, item in
             [(1, "a", "pen"), (2, "b", "cup"), (3, "a", "ink"), (4, "a", "pen"), (5, "b", None)]]
-    one = WindowCommit("agg", spec, tmp_path / "one")
-    two = WindowCommit("agg", spec, tmp_path / "two")
+    one = WindowCommit("agg", spec, CheckpointLayout(tmp_path / "one"))
+    two = WindowCommit("agg", spec, CheckpointLayout(tmp_path / "two"))
     other = [("t/1", 7, "a", "mug", 2)]
     _, w1 = one.commit(0, [task_payload(rows, spec, {}), task_payload(other, spec, {})])
     _, w2 = two.commit(0, [task_payload(other, spec, {}), task_payload(rows[3:], spec, {}),
                            task_payload(rows[:3], spec, {})])
     # the same open windows, whatever the split into tasks: the same bytes to store
     assert w1.snapshot() == w2.snapshot()
-    restored = WindowCommit("agg", spec, tmp_path / "three")
+    restored = WindowCommit("agg", spec, CheckpointLayout(tmp_path / "three"))
     restored.seed(w1.snapshot())
     final = [("t/0", 500, "a", "cup", 0), ("t/1", 500, "a", "cup", 0)]
     results, _ = restored.commit(0, [task_payload(final, spec, w1.latest)])

@@ -12,8 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kstorm.errors import ConfigError
-from kstorm.windowing import Count, Duration, Replay, WindowConfig, WindowManager
-from kstorm.windowing.message_ids import MessageIdLedger
+from kstorm.windowing import Count, Duration, WindowConfig, WindowManager
+from kstorm.windowing.message_ids import MessageIdLedger, Replay
 
 SOURCES = ["p0", "p1", "p2"]
 

@@ -13,7 +13,8 @@ created on first use, never stored on a pickled object.
 
 Example:
     >>> create_topic("127.0.0.1:9092", "clicks", partitions=4)  # doctest: +SKIP
-    >>> latest_offsets(driver_consumer("127.0.0.1:9092"), [("clicks", 0)])  # doctest: +SKIP
+    >>> spout = KafkaSpout("clicks").with_bootstrap("127.0.0.1:9092")  # doctest: +SKIP
+    >>> latest_offsets(driver_consumer(spout.client_config()), {("clicks", 0): 0})  # doctest: +SKIP
     {('clicks', 0): 0}
 """
 
@@ -29,43 +30,40 @@ from confluent_kafka import Consumer, KafkaError, KafkaException
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
+from kstorm._kafka.connection import KafkaConnection, as_connection
 from kstorm._kafka.offsets import Offsets, TopicPartition
 from kstorm.errors import SourceError
 
 log = logging.getLogger("kstorm.kafka")
-ASSIGN_ONLY_GROUP = "kstorm-assign-only"  # never joined nor committed; librdkafka wants one
 TAIL_TIMEOUT = 2.0  # seconds a tail read may take before its answer is used as is
-_CACHE: dict[tuple[str, str, tuple[tuple[str, str], ...]], Consumer] = {}
+_CACHE: dict[tuple[tuple[str, str], ...], Consumer] = {}
 _KNOWN_ENDS: dict[tuple[str, str, int], int] = {}
 
 
-def client_config(bootstrap: str, extra: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """Client settings for librdkafka: ``extra`` (the user's) over our defaults."""
-    return {"bootstrap.servers": bootstrap, "logger": log, **dict(extra or {})}
+def client_config(bootstrap: str | KafkaConnection, extra: Mapping[str, Any] | None = None
+                  ) -> dict[str, Any]:
+    """Plain client settings for ``bootstrap`` (tests, tools): an admin-role connection."""
+    return as_connection(bootstrap).client_config("admin", role_config=extra)
 
 
-def consumer_config(
-    bootstrap: str, extra: Mapping[str, str] | None = None, group_id: str | None = None
-) -> dict[str, Any]:
-    """Settings of a consumer that is assigned partitions and never joins its group."""
-    return {
-        "fetch.wait.max.ms": 10,
-        **client_config(bootstrap, extra),
-        "group.id": group_id or ASSIGN_ONLY_GROUP,
-        "enable.auto.commit": False,
-        "enable.auto.offset.store": False,
-        "enable.partition.eof": True,
-        "auto.offset.reset": "error",
-    }
+def driver_consumer(where: Mapping[str, Any] | str | KafkaConnection,
+                    tuning: Mapping[str, Any] | None = None, group_id: str | None = None
+                    ) -> Consumer:
+    """The cached driver consumer for these settings.
 
-
-def driver_consumer(
-    bootstrap: str, extra: Mapping[str, str] | None = None, group_id: str | None = None
-) -> Consumer:
-    """The cached driver consumer for these brokers, settings and group."""
-    key = (bootstrap, group_id or "", tuple(sorted((extra or {}).items())))
+    ``where``: a client config (``KafkaSpout.client_config(...)``), or brokers / a
+    connection, with ``tuning`` and ``group_id`` (a ``group`` consumer when given).
+    """
+    if isinstance(where, Mapping):
+        config = dict(where)
+    elif group_id is not None:
+        config = as_connection(where).client_config("group", group_id=group_id,
+                                                    role_config=tuning)
+    else:
+        config = as_connection(where).client_config("consumer", role_config=tuning)
+    key = tuple(sorted((k, str(v)) for k, v in config.items() if k != "logger"))
     if key not in _CACHE:
-        _CACHE[key] = Consumer(consumer_config(bootstrap, extra, group_id))
+        _CACHE[key] = Consumer(config)
     return _CACHE[key]
 
 
@@ -83,19 +81,22 @@ def close_driver_consumers() -> None:
 # -- admin --------------------------------------------------------------------------------
 
 
-def create_topic(bootstrap: str, name: str, partitions: int = 1, *, timeout: float = 15.0) -> None:
+def create_topic(bootstrap: str | KafkaConnection, name: str, partitions: int = 1, *,
+                 timeout: float = 15.0) -> None:
     """Create ``name`` with ``partitions`` partitions and wait until metadata shows them."""
     admin = AdminClient(client_config(bootstrap))
     futures = admin.create_topics([NewTopic(name, partitions, 1)], operation_timeout=timeout)
     try:
         futures[name].result(timeout)
     except KafkaException as exc:
-        msg = f"could not create topic {name!r} with {partitions} partition(s) on {bootstrap}"
+        msg = (f"could not create topic {name!r} with {partitions} partition(s) on "
+               f"{as_connection(bootstrap).bootstrap_servers}")
         raise SourceError(msg) from exc
     _await_partitions(admin, name, partitions, timeout)
 
 
-def add_partitions(bootstrap: str, name: str, total: int, *, timeout: float = 15.0) -> None:
+def add_partitions(bootstrap: str | KafkaConnection, name: str, total: int, *,
+                   timeout: float = 15.0) -> None:
     """Grow ``name`` to ``total`` partitions (Apache Kafka; tansu 0.6 cannot)."""
     admin = AdminClient(client_config(bootstrap))
     futures = admin.create_partitions([NewPartitions(name, total)], operation_timeout=timeout)
@@ -104,7 +105,8 @@ def add_partitions(bootstrap: str, name: str, total: int, *, timeout: float = 15
     except KafkaException as exc:
         unsupported = exc.args and exc.args[0].code() == KafkaError._UNSUPPORTED_FEATURE
         hint = " (the broker has no CreatePartitions API, e.g. tansu)" if unsupported else ""
-        msg = f"could not grow topic {name!r} to {total} partitions on {bootstrap}{hint}"
+        where = as_connection(bootstrap).bootstrap_servers
+        msg = f"could not grow topic {name!r} to {total} partitions on {where}{hint}"
         raise SourceError(msg) from exc
     _await_partitions(admin, name, total, timeout)
 

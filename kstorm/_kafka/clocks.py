@@ -31,10 +31,3 @@ def stream_clocks(path: str | None) -> dict[str, Any]:
     """``{CLOCKS_KEY: clocks}`` to merge into a batch's end offsets, or ``{}``."""
     clocks = read_clocks(path)
     return {CLOCKS_KEY: clocks} if clocks else {}
-
-
-def without_clocks(offsets: Any) -> Any:
-    """A spout's offsets minus the recorded marks (what sinks store per partition)."""
-    if isinstance(offsets, dict):
-        return {k: v for k, v in offsets.items() if not k.startswith(MARK_PREFIX)}
-    return offsets

@@ -23,7 +23,6 @@ import pyarrow as pa
 from confluent_kafka import Consumer, KafkaError, Message
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
-from kstorm._kafka.client import consumer_config
 from kstorm._kafka.offsets import OffsetRange
 from kstorm.errors import SourceError
 from kstorm.kafka_spout import HEADERS_TYPE, KafkaSpout
@@ -50,13 +49,7 @@ def read_range(
     """
     if task.size <= 0:
         return
-    if spout.bootstrap_servers is None:
-        msg = "kafka spout: bootstrap_servers is not set (KafkaSpout.with_bootstrap)"
-        raise SourceError(msg)
-    config = consumer_config(
-        spout.bootstrap_servers, {**_READ_TUNING, **(spout.consumer_config or {})}
-    )
-    consumer = Consumer(config)
+    consumer = Consumer(spout.client_config("consumer", tuning=_READ_TUNING))
     try:
         consumer.assign([KafkaTopicPartition(task.topic, task.partition, task.start)])
         pending: list[Message] = []

@@ -2,7 +2,7 @@
 
 Every dead letter is also counted in the topology's progress and kept (up to a bound) on
 the handle, so nothing is dropped silently. Fields of a dead-letter record are
-``kstorm._runtime.executor.DEAD_LETTER_FIELDS``.
+``kstorm._runtime.envelope.DEAD_LETTER_FIELDS``.
 """
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
-from kstorm._runtime.executor import DEAD_LETTER_FIELDS
+from kstorm._kafka.connection import KafkaConnection
+from kstorm._runtime.envelope import DEAD_LETTER_FIELDS
 
 log = logging.getLogger("kstorm.dead_letter")
 
@@ -23,12 +24,16 @@ def as_record(values: Sequence[Any]) -> dict[str, Any]:
 
 
 class DeadLetterWriter:
-    """Writes dead letters to ``topic`` (when a broker is configured) and keeps the last few."""
+    """Writes dead letters to ``topic`` (when a broker is configured) and keeps the last few.
 
-    def __init__(self, topology: str, bootstrap_servers: str | None, topic: str | None,
+    ``connection``: the topology's Kafka connection (with its security settings), or None
+    when the topology has no Kafka (dead letters are then counted and kept on the handle).
+    """
+
+    def __init__(self, topology: str, connection: KafkaConnection | None, topic: str | None,
                  keep: int = 10_000) -> None:
         self.topology = topology
-        self.bootstrap_servers = bootstrap_servers
+        self.connection = connection
         self.topic = topic
         self.recent: deque[dict[str, Any]] = deque(maxlen=keep)
         self.count = 0
@@ -44,9 +49,9 @@ class DeadLetterWriter:
             log.warning("dead letter from %s (%s:%s@%s): %s: %s", r["component"], r["topic"],
                         r["partition"], r["offset"], r["error_type"],
                         str(r["message"]).splitlines()[0][:300])
-        if self.bootstrap_servers is None or self.topic is None:
+        if self.connection is None or self.topic is None:
             return
-        producer = self._get_producer()
+        producer = self._get_producer(self.connection)
         for r in records:
             headers = [(k, str(r[k]).encode()) for k in
                        ("component", "stream", "error_type", "topic", "partition", "offset")
@@ -63,7 +68,7 @@ class DeadLetterWriter:
 
             msg = (
                 f"could not deliver {remaining} dead letters to {self.topic!r} "
-                            f"at {self.bootstrap_servers} within 30 s"
+                            f"at {self.connection.bootstrap_servers} within 30 s"
             )
             raise SinkError(msg)
 
@@ -73,10 +78,9 @@ class DeadLetterWriter:
             self._producer.flush(10)
             self._producer = None
 
-    def _get_producer(self) -> Any:
+    def _get_producer(self, connection: KafkaConnection) -> Any:
         if self._producer is None:
             from confluent_kafka import Producer
 
-            self._producer = Producer({"bootstrap.servers": self.bootstrap_servers,
-                                       "enable.idempotence": True, "linger.ms": 5})
+            self._producer = Producer(connection.client_config("producer"))
         return self._producer

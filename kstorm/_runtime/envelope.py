@@ -1,30 +1,159 @@
-"""Arrow <-> tuples: the rows that carry tuples between stages."""
+"""The envelope: the one definition of the rows that carry tuples between stages.
+
+Every stage's output, and everything that reaches the driver, is an *envelope row*. This
+module owns that wire contract; everything else imports it:
+
+- the columns (:data:`ENVELOPE_COLUMNS`), from which the Arrow schema and Spark's DDL are
+  derived;
+- packing many tuples into one row (:class:`Packed`, :func:`pack`, :func:`unpack_values`)
+  and single rows (:class:`Outgoing`);
+- the destination address space (``__dest``): a bolt or sink id, or one of the reserved
+  addresses below (acker messages, metrics, captures, dead letters, window partials,
+  windowed bolt snapshots);
+- the extra columns spout rows carry besides the spout's fields (:data:`ERROR_COLUMN`, ...).
+
+Adding a column means adding it to :data:`ENVELOPE_COLUMNS` (and to :class:`Outgoing` /
+:class:`Packed`, which are positional); nothing else lists the columns.
+"""
 
 from __future__ import annotations
 
 import pickle
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kstorm._runtime.executor import Outgoing, Packed, unpack_metas, unpack_values
-from kstorm.acking.replay import ATTEMPT_COLUMN, NOW_COLUMN
+from kstorm._ids import ACKER_COMPONENT, DEAD_LETTER_STREAM
 from kstorm.errors import SerdeError
-from kstorm.topology import StormTopology
-from kstorm.tuple import Tuple
+from kstorm.tuple import Fields, Tuple
 
-ENVELOPE_SCHEMA = pa.schema([
-    ("__dest", pa.string()),
-    ("__task", pa.int32()),
-    ("__src", pa.string()),
-    ("__stream", pa.string()),
-    ("__vals", pa.binary()),
-    ("__meta", pa.binary()),
-])
-ENVELOPE_DDL = ("__dest string, __task int, __src string, __stream string, "
-                "__vals binary, __meta binary")
+if TYPE_CHECKING:
+    from kstorm.topology import StormTopology
+
+# -- columns --------------------------------------------------------------------------------
+
+ENVELOPE_COLUMNS: tuple[tuple[str, pa.DataType], ...] = (
+    ("__dest", pa.string()),    # a bolt/sink id, or a reserved address (below)
+    ("__task", pa.int32()),     # the destination's task
+    ("__src", pa.string()),     # the emitting component
+    ("__stream", pa.string()),  # its stream
+    ("__vals", pa.binary()),    # packed tuple values, or a reserved address's payload
+    ("__meta", pa.binary()),    # anchor bookkeeping per tuple (null: none is tracked)
+)
+ENVELOPE_SCHEMA = pa.schema(list(ENVELOPE_COLUMNS))
+_DDL_TYPES = {pa.string(): "string", pa.int32(): "int", pa.binary(): "binary"}
+ENVELOPE_DDL = ", ".join(f"{name} {_DDL_TYPES[kind]}" for name, kind in ENVELOPE_COLUMNS)
+EMPTY = ENVELOPE_SCHEMA.empty_table()
+
+# -- reserved destinations -----------------------------------------------------------------
+
+ACKER = ACKER_COMPONENT             # acker messages; __task = the acker task
+ACKER_EVENTS = "__acker_events"     # the acker tasks' events, for the driver
+METRICS = "__metrics"               # a task's counters (a pickled dict)
+CAPTURE = "__capture"               # every emitted tuple (kstorm.capture.emitted, topology.debug)
+DEAD_LETTER = DEAD_LETTER_STREAM    # a dead-letter record (DEAD_LETTER_FIELDS, pickled)
+WINDOW_PREFIX = "__window:"         # + aggregate id: a task's window partials
+STATE_PREFIX = "__wstate:"          # + windowed bolt id: a task's snapshot for the sinks
+
+DEAD_LETTER_FIELDS = Fields("component", "stream", "error_type", "message", "values",
+                            "topic", "partition", "offset", "raw")
+
+
+def window_dest(component: str) -> str:
+    """Destination of windowed aggregate ``component``'s partials (the driver)."""
+    return WINDOW_PREFIX + component
+
+
+def state_dest(component: str) -> str:
+    """Destination of windowed bolt ``component``'s task snapshots (the driver)."""
+    return STATE_PREFIX + component
+
+
+# -- extra columns of spout rows -------------------------------------------------------------
+
+ERROR_COLUMN = "__error"      # "<ErrorType>: <message>" of a record that failed to decode
+RAW_COLUMN = "__raw"          # ... and its original bytes
+MSGID_COLUMN = "__msgid"      # a list spout row's message id
+CLOCK_COLUMN = "__pmax0"      # the row's stream's latest timestamp before the batch (windows)
+ATTEMPT_COLUMN = "__attempt"  # a tracked spout row: 0 for a first emit, n for the n-th retry
+PLANNED_COLUMN = "__planned"  # a tracked spout row: when its batch was planned (ms)
+NOW_COLUMN = "__now"          # a windowed bolt stage's input: the batch's processing time (ms)
+TASK_COLUMN = "__task"        # the task a row goes to (set before an exchange)
+STREAM_COLUMN = "__stream"    # a free-form spout row's stream ...
+VALS_COLUMN = "__vals"        # ... and its pickled values
 KAFKA_ID_COLUMNS = ("topic", "partition", "offset")
+
+# -- rows --------------------------------------------------------------------------------------
+
+
+class Outgoing(NamedTuple):
+    """One row leaving a stage: a tuple for ``dest`` (task ``task``), or a reserved payload."""
+
+    dest: str
+    task: int
+    src: str
+    stream: str
+    values: bytes
+    meta: bytes | None
+
+
+class Packed(NamedTuple):
+    """Tuples leaving the stage for task ``task`` of bolt/sink ``dest``, packed in one row.
+
+    ``values`` is :func:`pack` of the tuples' values, in emit order; ``meta`` is ``None``
+    when no tuple carries anchor bookkeeping, else the pickled list of each tuple's
+    :attr:`Outgoing.meta`. One row carries many tuples: Spark moves, shuffles and converts
+    rows, so the fewer the cheaper (see :func:`unpack_values`).
+    """
+
+    dest: str
+    task: int
+    src: str
+    stream: str
+    values: bytes
+    meta: bytes | None
+
+
+def dumps(values: Sequence[Any]) -> bytes:
+    """Serialize one tuple's values (a single-tuple row, or a mutable entry of a packed row)."""
+    return pickle.dumps(list(values), protocol=5)
+
+
+loads = pickle.loads
+
+
+def pack(entries: list[list[Any] | bytes]) -> bytes:
+    """The ``__vals`` of a packed row: tuples' values (lists, or :func:`dumps` bytes).
+
+    Example:
+        >>> unpack_values(pack([["cat", 1], dumps([["a"], 2])]))
+        [['cat', 1], [['a'], 2]]
+    """
+    return pickle.dumps(entries, protocol=5)
+
+
+def unpack_values(blob: bytes) -> list[list[Any]]:
+    """The values of each tuple of a packed row, in emit order."""
+    return [e if type(e) is list else loads(e) for e in loads(blob)]
+
+
+def unpack_metas(blob: bytes | None, n: int) -> list[bytes | None]:
+    """The meta of each of the ``n`` tuples of a packed row."""
+    return [None] * n if blob is None else loads(blob)
+
+
+def unpacked(rows: Iterable[Outgoing | Packed]) -> Iterator[Outgoing]:
+    """Rows with each packed row expanded into one :class:`Outgoing` per tuple."""
+    for row in rows:
+        if isinstance(row, Packed):
+            values = unpack_values(row.values)
+            metas = unpack_metas(row.meta, len(values))
+            for v, m in zip(values, metas, strict=True):
+                yield Outgoing(row.dest, row.task, row.src, row.stream, dumps(v), m)
+        else:
+            yield row
 
 
 def to_arrow(rows: Sequence[Outgoing | Packed]) -> pa.RecordBatch:
@@ -42,7 +171,21 @@ def split_for(batch: pa.RecordBatch, head: str) -> tuple[pa.RecordBatch, pa.Reco
     return batch.filter(mine), batch.filter(pc.invert(mine))
 
 
-def envelope_tuples(batch: pa.RecordBatch, topology: StormTopology) -> Iterator[tuple[int, Tuple]]:
+def split_by_dest(table: pa.Table) -> dict[str, pa.Table]:
+    """The rows of ``table`` per destination (the commit phase's step 1)."""
+    if table.num_rows == 0:
+        return {}
+    dests = pc.unique(table.column("__dest")).to_pylist()
+    if len(dests) == 1:
+        return {dests[0]: table}
+    return {dest: table.filter(pc.equal(table.column("__dest"), dest)) for dest in dests}
+
+
+# -- tuples in ---------------------------------------------------------------------------------
+
+
+def envelope_tuples(batch: pa.RecordBatch, topology: StormTopology
+                    ) -> Iterator[tuple[int, Tuple]]:
     """``(task, Tuple)`` for each tuple of the envelope rows (packed rows, all for one bolt)."""
     tasks = batch.column("__task").to_pylist()
     srcs = batch.column("__src").to_pylist()
@@ -50,10 +193,10 @@ def envelope_tuples(batch: pa.RecordBatch, topology: StormTopology) -> Iterator[
     vals = batch.column("__vals").to_pylist()
     metas = batch.column("__meta").to_pylist()
     comps = topology.components
+    received = Tuple._received
     for task, src, stream, v, meta in zip(tasks, srcs, streams, vals, metas, strict=True):
         fields = comps[src].streams[stream]
         values = unpack_values(v)
-        received = Tuple._received
         if meta is None:
             for tuple_values in values:
                 yield task, received(tuple_values, fields, src, stream)
@@ -67,26 +210,26 @@ def envelope_tuples(batch: pa.RecordBatch, topology: StormTopology) -> Iterator[
 
 def raw_tuples(batch: pa.RecordBatch, spout: str, topology: StormTopology, tasks: list[int]
                ) -> Iterator[tuple[int, Tuple]]:
-    """``(task, Tuple)`` for each good raw spout row (``__error`` rows are skipped).
+    """``(task, Tuple)`` for each good raw spout row (rows with an error are skipped).
 
     A free-form spout's rows carry their stream and pickled values (``__stream``,
     ``__vals``) instead of typed columns.
     """
-    if "__vals" in batch.schema.names:
+    names = batch.schema.names
+    if VALS_COLUMN in names:
         streams = topology.components[spout].streams
-        for task, stream, vals in zip(tasks, batch.column("__stream").to_pylist(),
-                                      batch.column("__vals").to_pylist(), strict=True):
+        for task, stream, vals in zip(tasks, batch.column(STREAM_COLUMN).to_pylist(),
+                                      batch.column(VALS_COLUMN).to_pylist(), strict=True):
             yield task, Tuple(pickle.loads(vals), streams[stream], spout, stream)
         return
     fields = topology.components[spout].streams["default"]
     columns = [batch.column(name).to_pylist() for name in fields]
-    names = batch.schema.names
-    errors = batch.column("__error").to_pylist() if "__error" in names else None
+    errors = batch.column(ERROR_COLUMN).to_pylist() if ERROR_COLUMN in names else None
     ids = ([batch.column(c).to_pylist() for c in KAFKA_ID_COLUMNS]
            if all(c in names for c in KAFKA_ID_COLUMNS) else None)
-    msg_ids = (batch.column("__msgid").to_pylist() if "__msgid" in names else None)
-    attempts = (batch.column(ATTEMPT_COLUMN).to_pylist() if ATTEMPT_COLUMN in names else None)
-    nows = batch.column(NOW_COLUMN).to_pylist() if attempts is not None else None
+    msg_ids = batch.column(MSGID_COLUMN).to_pylist() if MSGID_COLUMN in names else None
+    attempts = batch.column(ATTEMPT_COLUMN).to_pylist() if ATTEMPT_COLUMN in names else None
+    planned = batch.column(PLANNED_COLUMN).to_pylist() if attempts is not None else None
     for i, values in enumerate(zip(*columns, strict=True)):
         if errors is not None and errors[i] is not None:
             continue
@@ -96,7 +239,7 @@ def raw_tuples(batch: pa.RecordBatch, spout: str, topology: StormTopology, tasks
             message_id = msg_ids[i] if msg_ids is not None else None
         tup = Tuple(values, fields, spout, "default", message_id)
         if attempts is not None:  # a tracked spout: which attempt, planned when
-            tup._ids = (attempts[i], nows[i])  # type: ignore[index]
+            tup._ids = (attempts[i], planned[i])  # type: ignore[index]
         yield tasks[i], tup
 
 
@@ -122,17 +265,17 @@ def bad_input(batch: pa.RecordBatch, spout: str, policy: str) -> tuple[list[list
 
 
 def raw_errors(batch: pa.RecordBatch) -> Iterator[list]:
-    """Dead-letter values for raw rows that failed to deserialize."""
+    """Dead-letter values (:data:`DEAD_LETTER_FIELDS`) for raw rows that failed to decode."""
     names = batch.schema.names
-    if "__error" not in names:
+    if ERROR_COLUMN not in names:
         return
-    bad = batch.filter(pc.is_valid(batch.column("__error")))
+    bad = batch.filter(pc.is_valid(batch.column(ERROR_COLUMN)))
     if bad.num_rows == 0:
         return
     get = {n: bad.column(n).to_pylist() if n in names else [None] * bad.num_rows
-           for n in ("__error", "__raw", *KAFKA_ID_COLUMNS)}
+           for n in (ERROR_COLUMN, RAW_COLUMN, *KAFKA_ID_COLUMNS)}
     for i in range(bad.num_rows):
-        err = get["__error"][i]
+        err = get[ERROR_COLUMN][i]
         etype, _, message = err.partition(": ")
         yield [None, "default", etype, message or err, None, get["topic"][i],
-               get["partition"][i], get["offset"][i], get["__raw"][i]]
+               get["partition"][i], get["offset"][i], get[RAW_COLUMN][i]]

@@ -13,18 +13,25 @@ prepared on the task's first tuple and ``finish_batch`` / ``cleanup`` run after 
 from __future__ import annotations
 
 import copy
-import io
 import pickle
 import traceback
-import zlib
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, NamedTuple
 
-from kstorm._ids import ACKER_COMPONENT, DEAD_LETTER_STREAM
-from kstorm._runtime.plan import DRIVER, AckingPlan, Plan, task_for
+from kstorm._runtime.envelope import (
+    ACKER,
+    CAPTURE,
+    DEAD_LETTER,
+    Outgoing,
+    Packed,
+    dumps,
+    pack,
+    unpacked,
+)
+from kstorm._runtime.plan import DRIVER, AckingPlan, Plan
 from kstorm.acking.anchoring import AnchorTracker, TrackedTuple
 from kstorm.acking.ids import TupleIdGenerator, root_id_for
 from kstorm.acking.messages import MessageId
@@ -38,115 +45,15 @@ from kstorm.bolt import (
     run_basic,
 )
 from kstorm.component import TopologyContext
-from kstorm.errors import FailedException, TopologyError
-from kstorm.grouping import GroupingKind
+from kstorm.config import BoltErrorPolicy, TopologyConfig
+from kstorm.errors import BoltError, FailedException, TopologyError
+from kstorm.grouping import GroupingKind, stable_hash, stable_hash_one, task_for
 from kstorm.state import KeyValueState
 from kstorm.topology import StormTopology
 from kstorm.tuple import Fields, Tuple
 
 ROW_TUPLES = 16_384      # a stage sends its queued tuples once it holds this many...
 ROW_BYTES = 8 << 20      # ... or this many bytes of values pickled at emit
-CAPTURE_DEST = "__capture"  # every emitted tuple, when kstorm.capture.emitted is set (testing)
-DEAD_LETTER_FIELDS = Fields("component", "stream", "error_type", "message", "values",
-                            "topic", "partition", "offset", "raw")
-
-
-class Outgoing(NamedTuple):
-    """A tuple leaving the stage: for bolt/sink ``dest`` (task ``task``)."""
-
-    dest: str
-    task: int
-    src: str
-    stream: str
-    values: bytes
-    meta: bytes | None
-
-
-class Packed(NamedTuple):
-    """Tuples leaving the stage for task ``task`` of bolt/sink ``dest``, packed in one row.
-
-    ``values`` is :func:`pack` of the tuples' values, in emit order; ``meta`` is ``None``
-    when no tuple carries anchor bookkeeping, else the pickled list of each tuple's
-    :attr:`Outgoing.meta`. One row carries many tuples: Spark moves, shuffles and converts
-    rows, so the fewer the cheaper (see :func:`unpack_values`).
-    """
-
-    dest: str
-    task: int
-    src: str
-    stream: str
-    values: bytes
-    meta: bytes | None
-
-
-def stable_hash(values: Sequence[Any]) -> int:
-    """A hash of field values that is the same in every process (unlike ``hash()``).
-
-    Fields grouping routes a tuple to task ``stable_hash(grouping values) % tasks``, so a
-    change moves keys between tasks (stateful bolts' state in existing checkpoints would be
-    split): it is pinned by a test. It is CRC-32 of the values pickled *without pickle's
-    memo* -- with it, ``("a", "a")`` holding one string object twice pickles differently
-    from two equal strings, and the same key could go to two tasks -- then MurmurHash3's
-    32-bit finalizer: CRC-32 is linear, so keys differing in a few bits (``"k0"``,
-    ``"k1"``, ...) shared their low bits, and 8 of ``k0``..``k9`` went to one of 2 tasks.
-
-    Example:
-        >>> stable_hash(["cat", 1])
-        1554906866
-    """
-    return _mix(zlib.crc32(canonical_bytes(values)))
-
-
-def canonical_bytes(values: Sequence[Any]) -> bytes:
-    """``values`` pickled without the memo: equal values, equal bytes, whatever the objects."""
-    buf = io.BytesIO()
-    pickler = pickle.Pickler(buf, protocol=5)
-    pickler.fast = True  # no memo (values are never self-referential)
-    pickler.dump(tuple(values))
-    return buf.getvalue()
-
-
-def _mix(h: int) -> int:
-    """MurmurHash3's fmix32: every input bit affects every output bit."""
-    h ^= h >> 16
-    h = (h * 0x85EBCA6B) & 0xFFFFFFFF
-    h ^= h >> 13
-    h = (h * 0xC2B2AE35) & 0xFFFFFFFF
-    return h ^ (h >> 16)
-
-
-_HASHES: dict[Any, int] = {}  # exact str / int value -> stable_hash([value])
-_HASHES_MAX = 1 << 16
-
-
-def stable_hash_one(value: Any) -> int:
-    """``stable_hash([value])``, remembered for ``str`` and ``int`` values (grouping keys repeat).
-
-    Only exact ``str`` and ``int`` are remembered: equal values of those types pickle to the
-    same bytes (``1 == 1.0 == True`` pickle differently, but are never both cached).
-
-    Example:
-        >>> stable_hash_one("cat") == stable_hash(["cat"])
-        True
-    """
-    kind = type(value)
-    if kind is not str and kind is not int:
-        return stable_hash((value,))
-    h = _HASHES.get(value)
-    if h is None:
-        h = stable_hash((value,))
-        if len(_HASHES) >= _HASHES_MAX:
-            _HASHES.clear()
-        _HASHES[value] = h
-    return h
-
-
-def dumps(values: Sequence[Any]) -> bytes:
-    """Serialize tuple values for an envelope row."""
-    return pickle.dumps(list(values), protocol=5)
-
-
-loads = pickle.loads
 
 # Values of these types cannot change after an emit, so a packed row may pickle them later
 # (with the rest of its row); other values are pickled at once, as a bolt may reuse them.
@@ -160,38 +67,6 @@ def _entry(values: list[Any]) -> list[Any] | bytes:
         if type(v) not in _IMMUTABLE:
             return dumps(values)
     return values
-
-
-def pack(entries: list[list[Any] | bytes]) -> bytes:
-    """The ``__vals`` of a packed row: tuples' values (lists, or :func:`dumps` bytes).
-
-    Example:
-        >>> unpack_values(pack([["cat", 1], dumps([["a"], 2])]))
-        [['cat', 1], [['a'], 2]]
-    """
-    return pickle.dumps(entries, protocol=5)
-
-
-def unpack_values(blob: bytes) -> list[list[Any]]:
-    """The values of each tuple of a packed row, in emit order."""
-    return [e if type(e) is list else loads(e) for e in loads(blob)]
-
-
-def unpack_metas(blob: bytes | None, n: int) -> list[bytes | None]:
-    """The meta of each of the ``n`` tuples of a packed row."""
-    return [None] * n if blob is None else loads(blob)
-
-
-def unpacked(rows: Iterable[Outgoing | Packed]) -> Iterator[Outgoing]:
-    """Rows with each packed row expanded into one :class:`Outgoing` per tuple."""
-    for row in rows:
-        if isinstance(row, Packed):
-            values = unpack_values(row.values)
-            metas = unpack_metas(row.meta, len(values))
-            for v, m in zip(values, metas, strict=True):
-                yield Outgoing(row.dest, row.task, row.src, row.stream, dumps(v), m)
-        else:
-            yield row
 
 
 class _Route(NamedTuple):
@@ -225,19 +100,34 @@ class StageExecutor:
 
     def __init__(self, topology: StormTopology, plan: Plan, stage_index: int, *,
                  topology_name: str, conf: dict[str, Any], batch_id: int, partition: int,
+                 settings: TopologyConfig | None = None,
                  state_for: Callable[[str, int], KeyValueState] | None = None,
-                 on_bolt_error: str | None = None, acking: AckingPlan | None = None) -> None:
+                 acking: AckingPlan | None = None) -> None:
+        """One stage's executor for one task of one batch.
+
+        Args:
+            topology: the topology.
+            plan: its compiled plan.
+            stage_index: the stage to run.
+            topology_name: for the bolts' :class:`TopologyContext`.
+            conf: the user's configuration, as bolts' ``prepare`` gets it.
+            batch_id: the batch (Storm's txid without the base).
+            partition: the Spark partition (a shuffle grouping keeps tuples in it).
+            settings: the validated configuration (default: validated from ``conf``).
+            state_for: ``(component, task) -> KeyValueState`` for stateful bolts.
+            acking: at least once, what anchoring and the acker messages need.
+        """
         self.topology = topology
         self.plan = plan
         self.stage = plan.stages[stage_index]
         self.topology_name = topology_name
         self.conf = conf
+        self.settings = settings if settings is not None else TopologyConfig.from_conf(conf)
         self.batch_id = batch_id
         self.partition = partition
         self._state_for = state_for
-        self._on_bolt_error = on_bolt_error or conf.get("kstorm.bolt.error.policy",
-                                                        "dead-letter")
-        self._capture = bool(conf.get("kstorm.capture.emitted"))
+        self._fail_on_error = self.settings.bolt_error_policy is BoltErrorPolicy.FAIL
+        self._capture = self.settings.captures
         self._tasks: dict[tuple[str, int], _Task] = {}
         self._out: list[Outgoing] = []   # rows that are not tuples for a bolt/sink
         self._groups: dict[tuple[str, int, str, str], list[Any]] = {}  # -> [entries, metas]
@@ -327,7 +217,7 @@ class StageExecutor:
             raise TopologyError(msg)
         self.counters[counter] += 1
         if self._capture:
-            self._out.append(Outgoing(CAPTURE_DEST, 0, component, stream, dumps(values), None))
+            self._out.append(Outgoing(CAPTURE, 0, component, stream, dumps(values), None))
         if self._acking is not None:
             self._emit_tracked(component, task, stream, values, fields, anchors, routes)
             return
@@ -433,7 +323,7 @@ class StageExecutor:
 
     def _acker_rows(self) -> list[Outgoing]:
         """One row per acker task: this partition's acker messages, combined per root."""
-        return [Outgoing(ACKER_COMPONENT, acker, self.stage.head, "",
+        return [Outgoing(ACKER, acker, self.stage.head, "",
                          pickle.dumps(payload, protocol=5), None)
                 for acker, payload in sorted(self._outbox.payloads().items())]
 
@@ -498,8 +388,8 @@ class StageExecutor:
         except (TopologyError, FailedException):
             raise
         except Exception as exc:
-            if self._on_bolt_error == "fail":
-                raise
+            if self._fail_on_error:
+                raise bolt_failed(component, exc) from exc
             self._dead_letter(component, tup, exc)
             if isinstance(tup._ids, TrackedTuple) and not tup._ids.settled:
                 # the dead-letter record now holds the tuple: nothing to replay
@@ -515,8 +405,8 @@ class StageExecutor:
         except (TopologyError, FailedException):
             raise
         except Exception as exc:
-            if self._on_bolt_error == "fail":
-                raise
+            if self._fail_on_error:
+                raise bolt_failed(component, exc) from exc
             where = Tuple([repr(window)], Fields("window"), component, "window")
             self._dead_letter(component, where, exc)
         finally:
@@ -524,8 +414,8 @@ class StageExecutor:
 
     def bolt_error(self, component: str, tup: Tuple, exc: Exception) -> None:
         """``tup`` could not be processed by ``component``: dead letter, or raise (policy)."""
-        if self._on_bolt_error == "fail":
-            raise exc
+        if self._fail_on_error:
+            raise bolt_failed(component, exc) from exc
         self._dead_letter(component, tup, exc)
 
     def emit_from(self, component: str, task: int, stream: str, values: list[Any],
@@ -540,13 +430,13 @@ class StageExecutor:
         values = [component, tup.source_stream, type(exc).__name__,
                   f"{exc}\n{traceback.format_exc(limit=5)}", repr(tup.values)[:10_000],
                   topic, part, offset, None]
-        self._out.append(Outgoing(DEAD_LETTER_STREAM, 0, component, tup.source_stream,
+        self._out.append(Outgoing(DEAD_LETTER, 0, component, tup.source_stream,
                                   dumps(values), None))
 
     def dead_letter_record(self, component: str, values: list[Any]) -> None:
         """Send a record that never became a tuple (e.g. undecodable bytes) to dead letters."""
         self.counters[f"{component}.dead_lettered"] += 1
-        self._out.append(Outgoing(DEAD_LETTER_STREAM, 0, component, "default",
+        self._out.append(Outgoing(DEAD_LETTER, 0, component, "default",
                                   dumps(values), None))
 
     def process(self, tuples: Iterable[tuple[int, Tuple]]) -> Iterator[Outgoing]:
@@ -634,6 +524,12 @@ class StageExecutor:
         out.extend(self._out)
         self._out, self._groups, self._queued, self._queued_bytes = [], {}, 0, 0
         return iter(out)
+
+
+def bolt_failed(component: str, exc: BaseException) -> BoltError:
+    """The error that stops the topology when a bolt raises under the ``fail`` policy."""
+    return BoltError(f"bolt {component!r} raised {type(exc).__name__}: {exc} "
+                     "(kstorm.bolt.error.policy = 'fail')")
 
 
 def _windowed_collector() -> type[OutputCollector]:

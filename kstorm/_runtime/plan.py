@@ -27,7 +27,9 @@ import enum
 from dataclasses import dataclass, field
 
 from kstorm.bolt import BaseStatefulBolt
+from kstorm.errors import TopologyError
 from kstorm.grouping import Grouping, GroupingKind
+from kstorm.spout import BaseRichSpout
 from kstorm.topology import StormTopology
 
 ENVELOPE_FIELDS = ("__dest", "__task", "__src", "__stream", "__vals", "__meta")
@@ -123,14 +125,11 @@ def acking_plan(topology: StormTopology, plan: Plan, *, n_ackers: int,
 
     Returns None when no spout is tracked.
     """
-    from kstorm.kafka_spout import KafkaSpout
-    from kstorm.spout import BaseRichSpout
-
     tasks: dict[str, int] = {}
     report: set[int] = set()
     for index, spec in enumerate(topology.spouts()):
         spout = spec.component
-        if not isinstance(spout, KafkaSpout):
+        if source_kind(spout) != "kafka":
             continue
         readers = [c for c, _ in topology.consumers(spec.id)
                    if plan.stage_of[c] != DRIVER and not plan.stage(c).native_window]
@@ -167,8 +166,6 @@ def compile_plan(topology: StormTopology) -> Plan:
         inputs = [(g, stage_of[g.component]) for g in spec.inputs]
         for g, src in inputs:
             if src == DRIVER:
-                from kstorm.errors import TopologyError
-
                 msg = (
                     f"bolt {spec.id!r} subscribes to sink {g.component!r}; "
                                     "sinks run in the commit phase and emit nothing"
@@ -196,8 +193,6 @@ def compile_plan(topology: StormTopology) -> Plan:
 
 def _check_native_window(cid: str, inputs: list[tuple[Grouping, int]], raw: str | None,
                          topology: StormTopology, stages: list[Stage]) -> None:
-    from kstorm.errors import TopologyError
-
     if raw is None and len(inputs) == 1 and stages[inputs[0][1]].envelope_source:
         msg = (f"windowed aggregate {cid!r} reads spout {stages[inputs[0][1]].head!r}, which "
                "runs next_tuple(): built-in aggregates read a KafkaSpout or ListSpout's typed "
@@ -245,17 +240,20 @@ def is_windowed_bolt(component: object) -> bool:
     return bool(getattr(component, "is_windowed_bolt", False))
 
 
-def runs_next_tuple(spout: object) -> bool:
-    """Whether ``spout`` is a free-form spout whose ``next_tuple`` the runtime calls.
+def source_kind(spout: object) -> str:
+    """What a spout says it produces (``BaseRichSpout.source_kind``).
 
-    Kafka and list spouts produce typed raw columns their first bolts read directly; a
-    free-form spout's emits (any stream, any values) leave its source stage as envelope
-    rows, which its consumers read as they read a bolt's output.
+    ``"kafka"`` and ``"list"``: typed raw columns, read by a Spark source of its own, which
+    its first bolts read directly. ``"next_tuple"``: a free-form spout whose ``next_tuple``
+    the runtime calls; its emits (any stream, any values) leave its source stage as
+    envelope rows, which its consumers read as they read a bolt's output.
     """
-    from kstorm.kafka_spout import KafkaSpout
-    from kstorm.testing import ListSpout
+    return str(getattr(spout, "source_kind", "next_tuple"))
 
-    return not isinstance(spout, (KafkaSpout, ListSpout))
+
+def runs_next_tuple(spout: object) -> bool:
+    """Whether ``spout`` is a free-form spout whose ``next_tuple`` the runtime calls."""
+    return source_kind(spout) == "next_tuple"
 
 
 def _raw_spout_input(inputs: list[tuple[Grouping, int]], stages: list[Stage]) -> str | None:
@@ -275,23 +273,3 @@ def _partitioning(inputs: tuple[Grouping, ...], parallelism: int) -> Partitionin
     if GroupingKind.FIELDS in kinds or GroupingKind.GLOBAL in kinds:
         return Partitioning(PartitionKind.HASH, parallelism, fields)
     return Partitioning(PartitionKind.KEEP, parallelism)
-
-
-def task_for(grouping: Grouping, parallelism: int, values_hash: int | None,
-             partition: int) -> list[int]:
-    """Target task(s) of one tuple on one subscription.
-
-    Args:
-        grouping: the subscription.
-        parallelism: number of tasks of the subscribing bolt.
-        values_hash: stable hash of the grouping fields' values (fields grouping only).
-        partition: the Spark partition the tuple is in (shuffle groupings keep it there).
-    """
-    kind = grouping.kind
-    if kind is GroupingKind.FIELDS:
-        return [values_hash % parallelism]  # type: ignore[operator]
-    if kind is GroupingKind.GLOBAL:
-        return [0]
-    if kind is GroupingKind.ALL:
-        return list(range(parallelism))
-    return [partition % parallelism]

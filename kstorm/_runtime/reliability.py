@@ -27,14 +27,13 @@ from __future__ import annotations
 import copy
 import json
 import logging
-import os
 import pickle
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from kstorm._kafka.clocks import without_clocks
+from kstorm._runtime.batch import BatchOffsets
+from kstorm._runtime.checkpoint import CheckpointLayout
 from kstorm._runtime.plan import AckingPlan
 from kstorm.acking.decisions import SpoutAction, SpoutDecision
 from kstorm.acking.ids import root_id_for
@@ -47,7 +46,7 @@ from kstorm.spout import BaseRichSpout
 from kstorm.topology import StormTopology
 
 log = logging.getLogger("kstorm.acking")
-KEEP_STATES = 10  # batches of tracker state kept (a replay needs only the one before)
+TRACKERS = ".trackers.pkl"  # <acking dir>/<batch id>.trackers.pkl: the trackers after it
 
 
 @dataclass
@@ -64,12 +63,11 @@ class BatchOutcome:
 class SpoutReliability:
     """Driver half of at-least-once for a topology's tracked spouts."""
 
-    def __init__(self, topology: StormTopology, acking: AckingPlan, state_dir: Path,
-                 conf: dict[str, Any], bootstrap: str | None) -> None:
+    def __init__(self, topology: StormTopology, acking: AckingPlan,
+                 layout: CheckpointLayout) -> None:
         self.acking = acking
-        self.dir = state_dir / "acking"
-        self.dir.mkdir(parents=True, exist_ok=True)
-        self.bootstrap = bootstrap
+        self.layout = layout
+        self.dir = layout.acking_dir
         self._acker_entries: dict[int, int] = {}
         self.spouts: dict[str, Any] = {}
         self.retry: dict[str, RetryPolicy] = {}
@@ -81,10 +79,8 @@ class SpoutReliability:
     # -- Step 1 ---------------------------------------------------------------------------
 
     def _load(self, batch_id: int) -> dict[str, SpoutTracker]:
-        previous = [int(p.name.split(".")[0]) for p in self.dir.glob("*.trackers.pkl")
-                    if int(p.name.split(".")[0]) < batch_id]
-        data = (pickle.loads((self.dir / f"{max(previous)}.trackers.pkl").read_bytes())
-                if previous else {})
+        previous = self.layout.latest_before(self.dir, TRACKERS, batch_id)
+        data = pickle.loads(previous.read_bytes()) if previous is not None else {}
         trackers = {}
         for spout_id in self.acking.spout_tasks:
             settings = {"timeout_ms": self.acking.timeout_ms, "retry": self.retry[spout_id]}
@@ -93,16 +89,15 @@ class SpoutReliability:
                                   else SpoutTracker(**settings))
         return trackers
 
-    def commit(self, batch_id: int, ends: dict[str, Any], batch_time_ms: int,
-               events: list[tuple[int, bytes]]) -> BatchOutcome:
-        """Steps 1-4 for batch ``batch_id``.
+    def commit(self, offsets: BatchOffsets, events: list[tuple[int, bytes]]) -> BatchOutcome:
+        """Steps 1-4 for the batch ``offsets`` describes.
 
         Args:
-            batch_id: the batch (Storm's txid).
-            ends: each spout's end offsets from the offset log, marks included.
-            batch_time_ms: Spark's batch timestamp (used when a batch has no marks).
+            offsets: the batch's end offsets per spout (marks included) and Spark's batch
+                timestamp (the planned time when a batch has no marks).
             events: ``(acker task, payload)`` rows the ackers sent.
         """
+        batch_id = offsets.batch_id
         out = BatchOutcome(trackers=self._load(batch_id))
         by_task: dict[int, list[tuple[str, int, int, Any]]] = defaultdict(list)
         pending: dict[int, list[tuple[int, int, Any]]] = defaultdict(list)
@@ -119,11 +114,10 @@ class SpoutReliability:
             expired += payload["expired"]
         for spout_id, task in self.acking.spout_tasks.items():
             tracker = out.trackers[spout_id]
-            spout_ends = without_clocks(ends.get(spout_id) or {})
-            out.ends[spout_id] = {(t, int(p)): int(o) for t, parts in spout_ends.items()
+            out.ends[spout_id] = {(t, p): o for t, parts in offsets.ends_of(spout_id).items()
                                   for p, o in parts.items()}
-            now, retries = read_marks(ends.get(spout_id) or {})
-            now = batch_time_ms if now is None else now
+            now, retries = read_marks(offsets.marks_of(spout_id))
+            now = offsets.timestamp_ms if now is None else now
             decisions = self._batch(spout_id, task, tracker, now, retries, pending[task],
                                     by_task[task], out.counters)
             out.counters[f"{spout_id}.acked"] += acked[task]
@@ -183,7 +177,7 @@ class SpoutReliability:
                 dead.append(d)
         if dead:
             out.counters[f"{spout_id}.dead_lettered"] += len(dead)
-            raw = _fetch_values(spout, self.bootstrap, [d.msg_id for d in dead])
+            raw = _fetch_values(spout, [d.msg_id for d in dead])
             retries = self.retry[spout_id].max_retries
             for d in dead:
                 t, p, o = d.msg_id
@@ -229,13 +223,11 @@ class SpoutReliability:
     def persist(self, batch_id: int, out: BatchOutcome) -> None:
         """Save the trackers after ``batch_id`` and write each spout's book (atomically)."""
         snapshot = {s: t.snapshot() for s, t in out.trackers.items()}
-        _atomic_write(self.dir / f"{batch_id}.trackers.pkl", pickle.dumps(snapshot))
+        self.layout.write(self.dir / f"{batch_id}{TRACKERS}", pickle.dumps(snapshot))
         for spout_id, tracker in out.trackers.items():
-            _atomic_write(self.dir / f"{spout_id}.book.json",
-                          book_of(batch_id, tracker, out.ends[spout_id]).to_json().encode())
-        for p in self.dir.glob("*.trackers.pkl"):
-            if int(p.name.split(".")[0]) < batch_id - KEEP_STATES:
-                p.unlink(missing_ok=True)
+            self.layout.write(self.layout.book_path(spout_id),
+                              book_of(batch_id, tracker, out.ends[spout_id]).to_json().encode())
+        self.layout.retain(self.dir, TRACKERS, batch_id)
 
 
 def lowest_unacked(offsets: Any, marks: bytes) -> dict[str, dict[int, int]]:
@@ -264,32 +256,14 @@ def book_of(batch_id: int, tracker: SpoutTracker,
                      tracker.pending_count + tracker.waiting_count)
 
 
-def batch_marks(checkpoint: Path, batch_id: int, spouts: list[str]
-                ) -> tuple[dict[str, Any], int]:
-    """Each spout's end offsets of ``batch_id`` with their marks, and the batch timestamp."""
-    try:
-        lines = (checkpoint / "offsets" / str(batch_id)).read_text().splitlines()
-    except FileNotFoundError:
-        return {}, 0
-    meta = json.loads(lines[1]) if len(lines) > 1 else {}
-    sources = [json.loads(line) if line.strip() not in ("", "-") else None for line in lines[2:]]
-    ends = {s: o for s, o in zip(spouts, sources, strict=False) if o is not None}
-    return ends, int(meta.get("batchTimestampMs", 0))
-
-
-def _fetch_values(spout: Any, bootstrap: str | None,
-                  msg_ids: list[KafkaMessageId]) -> dict[KafkaMessageId, bytes | None]:
+def _fetch_values(spout: Any, msg_ids: list[KafkaMessageId]
+                  ) -> dict[KafkaMessageId, bytes | None]:
     """The raw values of the records ``msg_ids`` (for their dead letters); best effort."""
     from confluent_kafka import Consumer
     from confluent_kafka import TopicPartition as KafkaTopicPartition
 
-    from kstorm._kafka.client import consumer_config
-
-    servers = spout.bootstrap_servers or bootstrap
     found: dict[KafkaMessageId, bytes | None] = {}
-    if servers is None:
-        return found
-    consumer = Consumer(consumer_config(servers, spout.consumer_config))
+    consumer = Consumer(spout.client_config("consumer"))
     try:
         for msg_id in msg_ids:
             consumer.assign([KafkaTopicPartition(msg_id.topic, msg_id.partition,
@@ -304,12 +278,3 @@ def _fetch_values(spout: Any, bootstrap: str | None,
     finally:
         consumer.close()
     return found
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)

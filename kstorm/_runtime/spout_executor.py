@@ -35,6 +35,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from kstorm._runtime.checkpoint import KEEP_BATCHES
 from kstorm._runtime.spout_log import LoggedTuple, SpoutLog
 from kstorm.component import TopologyContext
 from kstorm.errors import ConfigError, SourceError, TopologyError
@@ -42,7 +43,6 @@ from kstorm.spout import BaseRichSpout, SpoutOutputCollector
 from kstorm.tuple import Fields
 
 log = logging.getLogger("kstorm.spout")
-KEEP_ACKED = 2  # acked batch files kept (for inspection); older ones are deleted
 
 
 @dataclass(frozen=True)
@@ -166,7 +166,7 @@ class SpoutExecutor:
                                   self.spout_id, t.message_id, batch)
                 self.acked += 1
         self.spout_log.mark_acked(seq)
-        self.spout_log.prune(seq - KEEP_ACKED)
+        self.spout_log.prune(seq - KEEP_BATCHES)
 
     def close(self) -> None:
         """Close the spout instance if it was opened."""

@@ -8,9 +8,9 @@ transactional spout must emit the same batch for the same transaction id"):
     <checkpoint>/kstorm/spouts/<spout id>/acked     the first seq not yet acked
 
 A batch file holds, per tuple, its stream, its values (pickled, as in envelope rows) and its
-message id (pickled; null when untracked). It is written to a temporary name, synced and
-renamed, so a reader sees a whole batch or none. Files are only ever read after that, which
-is what makes a replayed batch identical to its first attempt.
+message id (pickled; null when untracked). It is written atomically
+(:meth:`CheckpointLayout.write`), so a reader sees a whole batch or none. Files are only
+ever read after that, which is what makes a replayed batch identical to its first attempt.
 
 Example:
     >>> log = SpoutLog(tmp_path / "spouts" / "numbers")   # doctest: +SKIP
@@ -21,7 +21,6 @@ Example:
 
 from __future__ import annotations
 
-import os
 import pickle
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -29,6 +28,7 @@ from typing import Any, NamedTuple
 
 import pyarrow as pa
 
+from kstorm._runtime.checkpoint import CheckpointLayout
 from kstorm.errors import SourceError
 
 LOG_SCHEMA = pa.schema([("__stream", pa.string()), ("__vals", pa.binary()),
@@ -70,17 +70,12 @@ class SpoutLog:
         return self.path(seq).exists()
 
     def write(self, seq: int, tuples: Sequence[LoggedTuple]) -> None:
-        """Log batch ``seq`` atomically (temporary file, fsync, rename, fsync the directory)."""
-        self.directory.mkdir(parents=True, exist_ok=True)
-        tmp = self.directory / f".{seq}.tmp"
+        """Log batch ``seq`` atomically."""
         table = to_table(tuples)
-        with open(tmp, "wb") as f:
-            with pa.ipc.new_file(f, table.schema) as writer:
-                writer.write_table(table)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path(seq))
-        _fsync_dir(self.directory)
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_file(sink, table.schema) as writer:
+            writer.write_table(table)
+        CheckpointLayout.write(self.path(seq), sink.getvalue().to_pybytes())
 
     def table(self, seq: int) -> pa.Table:
         """Batch ``seq`` as logged; :class:`SourceError` if it is missing or unreadable."""
@@ -114,10 +109,7 @@ class SpoutLog:
 
     def mark_acked(self, seq: int) -> None:
         """Record that every batch below ``seq`` was acked (atomic)."""
-        self.directory.mkdir(parents=True, exist_ok=True)
-        tmp = self.directory / f".{ACKED_FILE}.tmp"
-        tmp.write_text(str(seq))
-        os.replace(tmp, self.directory / ACKED_FILE)
+        CheckpointLayout.write(self.directory / ACKED_FILE, str(seq).encode())
 
     def prune(self, below: int) -> list[int]:
         """Delete the batch files with seq < ``below``; returns the seqs deleted."""
@@ -129,11 +121,3 @@ class SpoutLog:
                 entry.unlink(missing_ok=True)
                 gone.append(int(entry.name))
         return sorted(gone)
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -28,16 +28,20 @@ from typing import Any
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from kstorm._runtime.executor import Outgoing
-from kstorm._ids import ACKER_COMPONENT
+from kstorm._runtime.envelope import (
+    ACKER,
+    ACKER_EVENTS,
+    ENVELOPE_DDL,
+    ENVELOPE_SCHEMA,
+    Outgoing,
+    to_arrow,
+)
 from kstorm._runtime.plan import AckingPlan
-from kstorm._runtime.envelope import ENVELOPE_DDL, ENVELOPE_SCHEMA, to_arrow
 from kstorm._spark.gc_control import freeze_imports
 from kstorm.acking.acker import run_acker_batch, stale_roots
 from kstorm.acking.ledger import AckerEntry
 from kstorm.acking.outbox import NO_TASK
 
-ACKER_EVENTS = "__acker_events"
 KEY_COLUMN = "__acker_key"
 PASS_THROUGH_GROUPS = 4
 _COLUMNS = ENVELOPE_SCHEMA.names
@@ -53,7 +57,7 @@ class AckerContext:
 
 def add_ackers(output: DataFrame, acking: AckingPlan) -> DataFrame:
     """``output`` (the rows for the driver) with its ``__acker`` rows turned into events."""
-    key = F.when(F.col("__dest") == ACKER_COMPONENT, F.col("__task")).otherwise(
+    key = F.when(F.col("__dest") == ACKER, F.col("__task")).otherwise(
         F.lit(-1) - F.pmod(F.xxhash64(F.col("__vals")), F.lit(PASS_THROUGH_GROUPS)))
     frame = output.withColumn(KEY_COLUMN, key.cast("int"))
     ctx = AckerContext(acking, list(frame.columns))
@@ -111,7 +115,7 @@ def acker_processor(ctx: AckerContext) -> Any:
                 if acker < 0:  # Step 1
                     yield pdf[_COLUMNS]
                     continue
-                mine = pdf["__dest"] == ACKER_COMPONENT
+                mine = pdf["__dest"] == ACKER
                 payloads.extend(pickle.loads(v) for v in pdf.loc[mine, "__vals"])
                 if not mine.all():
                     yield pdf.loc[~mine, _COLUMNS]
@@ -143,7 +147,7 @@ def acker_processor(ctx: AckerContext) -> Any:
                 self._meta.clear()
             # Step 4
             payload = {**result.to_payload(), "entries": pending, "expired": expired}
-            row = Outgoing(ACKER_EVENTS, acker, ACKER_COMPONENT, "",
+            row = Outgoing(ACKER_EVENTS, acker, ACKER, "",
                            pickle.dumps(payload, protocol=5), None)
             yield to_arrow([row]).to_pandas()
 

@@ -1,6 +1,6 @@
 """Turn a :class:`kstorm._runtime.plan.Plan` into Spark streaming DataFrames.
 
-Per stage (see ``kstorm/_plan.py`` for how bolts are grouped into stages):
+Per stage (see ``kstorm/_runtime/plan.py`` for how bolts are grouped into stages):
 
 1. Its input: the raw rows of one spout, or the union of its upstream stages' envelope
    rows. Of each upstream, the *carrier* consumer (the lowest stage index) also takes the
@@ -19,19 +19,20 @@ the stages' ``__acker`` rows into events for the spouts.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 
-from kstorm._runtime.plan import DRIVER, AckingPlan, PartitionKind, Plan, Stage
-from kstorm._runtime.envelope import ENVELOPE_DDL
+from kstorm._runtime.checkpoint import CheckpointLayout
+from kstorm._runtime.envelope import ENVELOPE_DDL, NOW_COLUMN
+from kstorm._runtime.plan import DRIVER, AckingPlan, PartitionKind, Plan, Stage, source_kind
 from kstorm._spark.sources import read_spout
 from kstorm._spark.stage import StageContext, StageRunner, stateful_processor
 from kstorm._spark.windowed import WindowStageRunner
-from kstorm._spark.windowed_bolt import NOW_COLUMN, windowed_processor, windowed_spec
+from kstorm._spark.windowed_bolt import windowed_processor, windowed_spec
+from kstorm.config import TopologyConfig
 from kstorm.errors import TopologyError
 from kstorm.topology import StormTopology
 
@@ -45,15 +46,16 @@ class CompiledQuery:
 
 
 def compile_query(spark: SparkSession, topology: StormTopology, plan: Plan, name: str,
-                  conf: dict[str, Any], settings: Any, state_dir: Path,
+                  conf: dict[str, Any], settings: TopologyConfig, layout: CheckpointLayout,
                   window_seeds: dict[str, bytes] | None = None,
                   acking: AckingPlan | None = None) -> CompiledQuery:
     """Build the streaming DataFrames of ``plan``.
 
-    ``state_dir`` holds kstorm's driver state; ``window_seeds`` are the windowed bolt
-    snapshots a sink stored, used after a lost checkpoint. ``acking`` (at-least-once): the
-    tracked spouts; their sources read the commit phase's books under
-    ``state_dir / "acking"`` and the ackers run at the end of the plan.
+    ``conf`` is the user's configuration (bolts' ``prepare`` gets it), ``settings`` the
+    validated one. ``layout`` is kstorm's part of the checkpoint; ``window_seeds`` are the
+    windowed bolt snapshots a sink stored, used after a lost checkpoint. ``acking``
+    (at-least-once): the tracked spouts; their sources read the commit phase's books and
+    the ackers run at the end of the plan.
     """
     raw: dict[int, DataFrame] = {}
     env: dict[int, DataFrame] = {}
@@ -63,18 +65,19 @@ def compile_query(spark: SparkSession, topology: StormTopology, plan: Plan, name
     for stage in plan.stages:
         if stage.is_source and stage.envelope_source:
             # a free-form spout: its source stage runs in the read of its logged batches
-            ctx = _context(topology, plan, stage, name, conf, carrier=True, acking=acking)
+            ctx = StageContext(topology, plan, stage.index, name, settings, conf, True,
+                               acking=acking)
             env[stage.index] = read_spout(spark, topology.components[stage.head], settings,
                                           fused=StageRunner(ctx), topology_name=name,
-                                          conf=conf, state_dir=state_dir)
+                                          conf=conf, layout=layout)
             continue
         if stage.is_source:
             window = next((s for s in plan.stages
                            if s.native_window and s.raw_spout == stage.head), None)
-            pmax_file = (str(state_dir / "pmax" / f"{window.head}.json") if window else None)
+            pmax_file = str(layout.clocks_path(window.head)) if window else None
             if window is not None and _fusable(stage, window, topology):
                 # the window's partials are computed in the spout's read tasks
-                ctx = _context(topology, plan, window, name, conf, carrier=True)
+                ctx = StageContext(topology, plan, window.index, name, settings, conf, True)
                 spec = topology.components[window.head].component.spec()
                 env[window.index] = read_spout(
                     spark, topology.components[stage.head], settings, pmax_file,
@@ -82,13 +85,15 @@ def compile_query(spark: SparkSession, topology: StormTopology, plan: Plan, name
                 continue
             raw[stage.index] = read_spout(spark, topology.components[stage.head], settings,
                                           pmax_file, acking=_source_acking(
-                                              stage.head, acking, settings, state_dir))
+                                              stage.head, acking, settings, layout))
             if readers[stage.index] or _feeds_sink(stage, topology, plan):
-                ctx = _context(topology, plan, stage, name, conf, carrier=True, acking=acking)
+                ctx = StageContext(topology, plan, stage.index, name, settings, conf, True,
+                                   acking=acking)
                 env[stage.index] = raw[stage.index].mapInArrow(StageRunner(ctx), ENVELOPE_DDL)
             continue
         carrier = _is_raw_carrier(stage, plan, readers, topology)
-        ctx = _context(topology, plan, stage, name, conf, carrier=carrier, acking=acking)
+        ctx = StageContext(topology, plan, stage.index, name, settings, conf, carrier,
+                           acking=acking)
         if stage.native_window and stage.index in env:
             continue  # fused into its spout's read
         if stage.native_window:
@@ -132,33 +137,18 @@ def compile_query(spark: SparkSession, topology: StormTopology, plan: Plan, name
     return CompiledQuery(output, env)
 
 
-def book_path(state_dir: Path, spout: str) -> Path:
-    """Where the commit phase writes the :class:`SpoutBook` of tracked spout ``spout``."""
-    return state_dir / "acking" / f"{spout}.book.json"
-
-
-def _source_acking(spout: str, acking: AckingPlan | None, settings: Any,
-                   state_dir: Path) -> dict[str, Any] | None:
+def _source_acking(spout: str, acking: AckingPlan | None, settings: TopologyConfig,
+                   layout: CheckpointLayout) -> dict[str, Any] | None:
     if acking is None or spout not in acking.spout_tasks:
         return None
-    return {"book": str(book_path(state_dir, spout)), "max_pending": settings.max_spout_pending}
-
-
-def _context(topology: StormTopology, plan: Plan, stage: Stage, name: str,
-             conf: dict[str, Any], *, carrier: bool,
-             acking: AckingPlan | None = None) -> StageContext:
-    policy = str(conf.get("kstorm.bolt.error.policy", "dead-letter"))
-    return StageContext(topology, plan, stage.index, name, conf, carrier, policy,
-                        acking=acking)
+    return {"book": str(layout.book_path(spout)), "max_pending": settings.max_spout_pending}
 
 
 def _fusable(source: Stage, window: Stage, topology: StormTopology) -> bool:
     """Whether a windowed aggregate can run inside its spout's read tasks (its only reader)."""
-    from kstorm.kafka_spout import KafkaSpout
-
     spout = topology.components[source.head].component
-    return isinstance(spout, KafkaSpout) and [c for c, _ in topology.consumers(source.head)] == [
-        window.head]
+    return source_kind(spout) == "kafka" and [
+        c for c, _ in topology.consumers(source.head)] == [window.head]
 
 
 def _feeds_sink(stage: Stage, topology: StormTopology, plan: Plan) -> bool:

@@ -52,8 +52,9 @@ from kstorm._kafka.offsets import (
     split_ranges,
     to_json,
 )
+from kstorm._runtime.envelope import ATTEMPT_COLUMN, CLOCK_COLUMN, PLANNED_COLUMN
 from kstorm._spark.gc_control import freeze_imports
-from kstorm.acking.replay import ATTEMPT_COLUMN, NOW_COLUMN, SpoutBook, read_marks
+from kstorm.acking.replay import SpoutBook, read_marks
 from kstorm.acking.replay import marks as acking_marks
 from kstorm.errors import ConfigError
 from kstorm.kafka_spout import EARLIEST, LATEST, KafkaSpout
@@ -63,7 +64,6 @@ Marks = tuple[int, int]  # (low, high) watermark
 log = logging.getLogger("kstorm.kafka")
 CLOCKS_OPTION = "kstorm.clocks_file"
 FUSED_OPTION = "kstorm.fused_stage"  # a stage run inside read(): rows never reach the JVM
-CLOCK_COLUMN = "__pmax0"
 ACKING_OPTION = "kstorm.acking"  # tracked spout (at-least-once): {"book": path, "max_pending"}
 MAX_IDLE_WAIT_S = 1.0  # available-now: re-check un-acked tuples at least this often
 
@@ -123,15 +123,13 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, spout: KafkaSpout, schema: StructType,
                  clocks_file: str | None = None, fused: str | None = None,
                  acking: str | None = None) -> None:
-        if spout.bootstrap_servers is None:
-            msg = "kafka spout: bootstrap_servers is not set; use KafkaSpout.with_bootstrap()"
-            raise ConfigError(msg)
         self.spout = spout
         self.clocks_file = clocks_file
         # The first stage, when it reads this spout alone (e.g. a windowed aggregate's
         # partials): run in the read task, so only its small output crosses into the JVM.
         self.fused = pickle.loads(base64.b64decode(fused)) if fused else None
-        self.bootstrap: str = spout.bootstrap_servers
+        # a cache key of confirmed ends (raises ConfigError if the spout has no brokers)
+        self.bootstrap: str = spout.resolved_connection().bootstrap_servers
         # At-least-once: the commit phase's SpoutBook (un-acked tuples, retries) for this spout.
         self.acking: dict[str, Any] | None = json.loads(acking) if acking else None
         self.arrow_schema = to_arrow_schema(schema, timezone="UTC")
@@ -156,8 +154,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return to_json(self._latest_offsets(partitions))
         if start == "group":
             group = _kafka.driver_consumer(
-                self.bootstrap, self.spout.consumer_config, self.spout.group_id
-            )
+                self.spout.client_config("group", group_id=self.spout.group_id))
             committed = _kafka.committed_offsets(group, partitions)
             chosen = {tp: committed.get(tp) for tp in partitions}
         else:  # an explicit {topic: {partition: offset}} map (validated by KafkaSpout)
@@ -310,13 +307,14 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     offsets = batch.column("offset").to_pylist()
                     attempt = pa.array([attempts.get(o, 0) for o in offsets], pa.int32())
                 batch = batch.append_column(ATTEMPT_COLUMN, attempt)
-                batch = batch.append_column(NOW_COLUMN, pa.repeat(pa.scalar(now, pa.int64()), n))
+                batch = batch.append_column(PLANNED_COLUMN,
+                                            pa.repeat(pa.scalar(now, pa.int64()), n))
             yield batch
 
     # -- helpers ---------------------------------------------------------------------------
 
     def _consumer(self) -> Consumer:
-        return _kafka.driver_consumer(self.bootstrap, self.spout.consumer_config)
+        return _kafka.driver_consumer(self.spout.client_config("consumer"))
 
     def _commit_group(self, offsets: dict | None, book: SpoutBook | None = None) -> None:
         """Tell the group ``offsets``, or (at-least-once) the book's committable offsets.
@@ -330,8 +328,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self.spout.group_id is None or offsets == self._committed:
             return
         group = _kafka.driver_consumer(
-            self.bootstrap, self.spout.consumer_config, self.spout.group_id
-        )
+            self.spout.client_config("group", group_id=self.spout.group_id))
         if _kafka.commit_offsets(group, from_json(offsets)):
             self._committed = offsets
 
@@ -392,7 +389,7 @@ def read_stream(spark: SparkSession, spout: KafkaSpout,
         schema = schema.add(CLOCK_COLUMN, "long")
         options[CLOCKS_OPTION] = clocks_file
     if acking is not None:  # at-least-once: which attempt each row is, and the batch's time
-        schema = schema.add(ATTEMPT_COLUMN, "integer").add(NOW_COLUMN, "long")
+        schema = schema.add(ATTEMPT_COLUMN, "integer").add(PLANNED_COLUMN, "long")
         options[ACKING_OPTION] = json.dumps(acking)
     if fused is not None:
         options[FUSED_OPTION] = base64.b64encode(cloudpickle.dumps(fused)).decode()

@@ -19,6 +19,7 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from kstorm._kafka.clocks import CLOCKS_KEY, stream_clocks
+from kstorm._runtime.envelope import CLOCK_COLUMN, MSGID_COLUMN
 
 NAME = "kstorm_list"
 
@@ -93,9 +94,9 @@ def read_list_spout(spark: SparkSession, batches: list[list[list[Any]]], schema:
                     partitions: int, pmax_file: str | None = None) -> DataFrame:
     """A streaming DataFrame over ``batches`` (rows typed by ``schema`` + ``__msgid``)."""
     spark.dataSource.register(ListSource)
-    full = schema.append(pa.field("__msgid", pa.string()))
+    full = schema.append(pa.field(MSGID_COLUMN, pa.string()))
     if pmax_file:
-        full = full.append(pa.field("__pmax0", pa.int64()))
+        full = full.append(pa.field(CLOCK_COLUMN, pa.int64()))
     spec = base64.b64encode(pickle.dumps(
         {"batches": batches, "schema": full, "partitions": partitions,
          "pmax_file": pmax_file})).decode()

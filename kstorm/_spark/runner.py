@@ -1,71 +1,94 @@
-"""Start a topology: compile, build the query, attach the commit phase."""
+"""Start a topology on Spark: the steps from a validated topology to a running query.
+
+1. Validate the configuration into :class:`TopologyConfig` (what flows from here on) and
+   give every Kafka spout its connection (the topology's ``kafka.*`` settings under the
+   spout's own).
+2. Compile the topology into stages (``kstorm/_runtime/plan.py``).
+3. Open the sinks (declarations copied; ``open`` builds their clients).
+4. Reconcile the checkpoint with the sinks' records (``kstorm/_runtime/reconcile.py``):
+   maybe move a stale checkpoint aside, record the txid base, and start the spouts (and
+   windowed state) where the sink stopped.
+5. Build the streaming DataFrames (``compiler.py``) and the commit phase (``commit.py``),
+   and start the query: ``foreachBatch`` with the checkpoint and the trigger.
+"""
 
 from __future__ import annotations
 
 import copy
 import dataclasses
 import logging
+import sys
 from types import MappingProxyType
-from typing import Any
+from typing import Any, cast
 
-from kstorm import _reconcile as reconcile
+from kstorm._runtime import reconcile
+from kstorm._runtime.checkpoint import CheckpointLayout
 from kstorm._runtime.deadletter import DeadLetterWriter
-from kstorm._runtime.plan import acking_plan, compile_plan
+from kstorm._runtime.plan import acking_plan, compile_plan, source_kind
 from kstorm._runtime.progress import Progress
 from kstorm._runtime.reliability import SpoutReliability, lowest_unacked
-from kstorm._spark.commit import UNACKED_STATE, CommitPhase
+from kstorm._spark.commit import UNACKED_STATE, CommitPhase, window_state_key
 from kstorm._spark.compiler import compile_query
+from kstorm._spark.offset_log import last_committed_batch
 from kstorm._spark.session import get_session
 from kstorm._spark.windowed import WindowCommit
-from kstorm.component import TopologyContext
 from kstorm.config import Guarantee, TopologyConfig, TriggerMode
-from kstorm.runtime import TopologyHandle
+from kstorm.handle import TopologyHandle
+from kstorm.sink import BaseSink, SinkContext, open_sink
 from kstorm.topology import StormTopology
 
 log = logging.getLogger("kstorm")
 
 
 def start(name: str, conf: dict[str, Any], topology: StormTopology) -> TopologyHandle:
-    """Compile ``topology`` and start it as one Spark streaming query."""
+    """Compile ``topology`` and start it as one Spark streaming query (module docstring)."""
+    # Step 1
     settings = TopologyConfig.from_conf(conf)
+    if settings.debug:
+        _show_debug_log()
+    topology = with_connections(topology, settings)
+    # Step 2
     plan = compile_plan(topology)
     checkpoint = settings.checkpoint_for(name)
-    sinks = {sid: copy.deepcopy(topology.components[sid].component) for sid in plan.sinks}
-    for sid, sink in sinks.items():
-        spec = topology.components[sid]
-        sink.open({**conf, **spec.conf}, TopologyContext(name, sid, 0, 1, -1, {}))
-    resume = reconcile.decide(checkpoint, sinks)
-    reconcile.apply(checkpoint, resume)
-    for sink in sinks.values():
-        sink.txid_base = resume.txid_base
+    layout = CheckpointLayout(checkpoint)
+    # Step 3
+    sinks = open_sinks(name, conf, settings, topology, plan.sinks)
+    # Step 4
+    records = {sid: sink.committed_offsets() for sid, sink in sinks.items()
+               if sink.records_offsets}
+    resume = reconcile.decide(last_committed_batch(checkpoint), layout.txid_base(),
+                              checkpoint.exists(), records)
+    resumed_state = sinks[resume.from_sink].committed_state() if resume.from_sink else {}
+    if resume.reset_checkpoint:
+        layout.move_aside()
+    layout.set_txid_base(resume.txid_base)
     if resume.from_sink is not None:
         log.warning("topology %r resumes from sink %r at txid %s", name, resume.from_sink,
                     resume.txid_base)
         offsets = resume.offsets
-        if settings.guarantee is Guarantee.AT_LEAST_ONCE and UNACKED_STATE in resume.state:
-            offsets = lowest_unacked(offsets, resume.state[UNACKED_STATE])
+        if settings.guarantee is Guarantee.AT_LEAST_ONCE and UNACKED_STATE in resumed_state:
+            offsets = lowest_unacked(offsets, resumed_state[UNACKED_STATE])
         topology = _start_spouts_at(topology, offsets)
+    # Step 5
     spark = get_session(settings)
-    state_dir = checkpoint / "kstorm"
     acking = None
     if settings.guarantee is Guarantee.AT_LEAST_ONCE and settings.ackers_enabled:
         acking = acking_plan(topology, plan, n_ackers=settings.acker_executors or 1,
                              timeout_ms=settings.message_timeout_secs * 1000)
-    compiled = compile_query(spark, topology, plan, name, conf, settings, state_dir,
-                             window_seeds=dict(resume.state), acking=acking)
-    dlq_topic = settings.dead_letter_topic or f"{name}.dead-letters"
+    compiled = compile_query(spark, topology, plan, name, conf, settings, layout,
+                             window_seeds=dict(resumed_state), acking=acking)
     windows = {s.head: WindowCommit(s.head, topology.components[s.head].component.spec(),
-                                    state_dir)
+                                    layout)
                for s in plan.stages if s.native_window}
     for component, window in windows.items():
-        snapshot = resume.state.get(f"window:{component}")
+        snapshot = resumed_state.get(window_state_key(component))
         if snapshot is not None:
             window.seed(snapshot)
-    reliability = (SpoutReliability(topology, acking, state_dir, conf, settings.bootstrap_servers)
-                   if acking is not None else None)
-    commit = CommitPhase(topology, name, checkpoint, sinks, conf, Progress(),
-                         DeadLetterWriter(name, settings.bootstrap_servers, dlq_topic), windows,
-                         reliability)
+    reliability = (SpoutReliability(topology, acking, layout) if acking is not None else None)
+    dead_letters = DeadLetterWriter(name, _dead_letter_connection(topology, settings),
+                                    settings.dead_letter_topic or f"{name}.dead-letters")
+    commit = CommitPhase(topology, name, checkpoint, settings, sinks, resume.txid_base,
+                         Progress(), dead_letters, windows, reliability)
     writer = (compiled.output.writeStream.foreachBatch(commit)
               .option("checkpointLocation", str(checkpoint)).queryName(name))
     if settings.trigger is TriggerMode.AVAILABLE_NOW:
@@ -77,15 +100,71 @@ def start(name: str, conf: dict[str, Any], topology: StormTopology) -> TopologyH
     return TopologyHandle(name, writer.start(), commit, settings)
 
 
-def _start_spouts_at(topology: StormTopology, offsets: Any) -> StormTopology:
-    """A copy of ``topology`` whose Kafka spouts start at ``offsets`` ({topic: {p: end}})."""
-    from kstorm.kafka_spout import KafkaSpout
+def with_connections(topology: StormTopology, settings: TopologyConfig) -> StormTopology:
+    """A copy of ``topology`` whose Kafka spouts carry their resolved connection.
 
+    A spout's connection is its own (``connection=``) or the topology's, with its
+    ``bootstrap_servers`` and its ``consumer_config``'s security settings on top; every
+    client the runtime creates for the spout uses it.
+    """
     specs = dict(topology.components)
     for cid, spec in specs.items():
-        spout = spec.component
-        if isinstance(spout, KafkaSpout):
+        spout: Any = spec.component
+        if not spec.is_spout or source_kind(spout) != "kafka":
+            continue
+        if spout.connection is not None:
+            connection = spout.connection.with_overrides(spout.bootstrap_servers,
+                                                         spout.consumer_config)
+        else:
+            connection = settings.kafka_connection(spout.bootstrap_servers,
+                                                   spout.consumer_config,
+                                                   where=f"spout {cid!r}")
+        specs[cid] = dataclasses.replace(spec, component=spout.with_connection(connection))
+    return StormTopology(MappingProxyType(specs), topology.order)
+
+
+def open_sinks(name: str, conf: dict[str, Any], settings: TopologyConfig,
+               topology: StormTopology, sink_ids: list[str]) -> dict[str, BaseSink]:
+    """Driver-side copies of the topology's sinks, opened (their clients built)."""
+    sinks: dict[str, BaseSink] = {}
+    for sid in sink_ids:
+        spec = topology.components[sid]
+        sink = cast(BaseSink, copy.deepcopy(spec.component))
+        context = SinkContext(name, sid, settings, MappingProxyType({**conf, **spec.conf}),
+                              settings.kafka)
+        open_sink(sink, context)
+        sinks[sid] = sink
+    return sinks
+
+
+def _dead_letter_connection(topology: StormTopology, settings: TopologyConfig) -> Any:
+    """Where dead letters go: the topology's Kafka, else the first Kafka spout's cluster."""
+    if settings.kafka is not None:
+        return settings.kafka
+    for spec in topology.spouts():
+        spout: Any = spec.component
+        if source_kind(spout) == "kafka":
+            return spout.connection
+    return None
+
+
+def _start_spouts_at(topology: StormTopology, offsets: Any) -> StormTopology:
+    """A copy of ``topology`` whose Kafka spouts start at ``offsets`` ({topic: {p: end}})."""
+    specs = dict(topology.components)
+    for cid, spec in specs.items():
+        spout: Any = spec.component
+        if spec.is_spout and source_kind(spout) == "kafka":
             mine = {t: dict(p) for t, p in offsets.items() if spout.subscribes(t)}
             specs[cid] = dataclasses.replace(
                 spec, component=dataclasses.replace(spout, starting_offsets=mine))
     return StormTopology(MappingProxyType(specs), topology.order)
+
+
+def _show_debug_log() -> None:
+    """``topology.debug``: the ``kstorm.debug`` logger shows at INFO, on stderr if unset."""
+    debug = logging.getLogger("kstorm.debug")
+    debug.setLevel(logging.INFO)
+    if not debug.handlers and not logging.getLogger().handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(name)s: %(message)s"))
+        debug.addHandler(handler)

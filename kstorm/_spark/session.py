@@ -118,6 +118,20 @@ def get_session(settings: TopologyConfig, *, record_class_cache: bool = False
         return spark
 
 
+def stop_jvm(timeout: float = 180.0) -> None:
+    """Stop Spark and wait for its JVM process to exit (it writes the class cache then)."""
+    from pyspark import SparkContext
+
+    session = SparkSession.getActiveSession()
+    gateway = SparkContext._gateway
+    if session is not None:
+        session.stop()
+    proc = getattr(gateway, "proc", None)
+    if proc is not None:
+        proc.stdin.close()  # the JVM exits when its stdin closes
+        proc.wait(timeout)
+
+
 def _warm_workers(spark: SparkSession, wait_s: float = 5.0) -> None:
     """Start Spark's Python workers in the background (``kstorm/_spark/warmup.py``).
 

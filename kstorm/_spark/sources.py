@@ -1,65 +1,54 @@
-"""Spouts as streaming DataFrames."""
+"""Spouts as streaming DataFrames: one Spark source per kind of spout (``source_kind``)."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 
-from kstorm.errors import ConfigError, TopologyError
+from kstorm._runtime.checkpoint import CheckpointLayout
+from kstorm._runtime.envelope import ENVELOPE_DDL
+from kstorm._runtime.plan import source_kind
+from kstorm.config import TopologyConfig
+from kstorm.errors import TopologyError
 from kstorm.spout import BaseRichSpout
 from kstorm.topology import ComponentSpec
 
 
-def read_spout(spark: SparkSession, spec: ComponentSpec, settings: Any,
+def read_spout(spark: SparkSession, spec: ComponentSpec, settings: TopologyConfig,
                pmax_file: str | None = None, fused: Any = None,
                acking: dict[str, Any] | None = None, *, topology_name: str = "",
-               conf: dict[str, Any] | None = None, state_dir: Path | None = None
+               conf: dict[str, Any] | None = None, layout: CheckpointLayout | None = None
                ) -> DataFrame:
     """The raw rows of spout ``spec`` (its output fields, plus ids and error columns).
 
     ``acking``: the spout is tracked (at-least-once; Kafka spouts only): its book's path
     and ``topology.max.spout.pending``. A free-form spout (``next_tuple``) needs its
     source stage as ``fused`` (its rows leave as envelope rows), the topology's name and
-    ``conf`` (for ``open``), and ``state_dir`` (its batch log lives there).
+    ``conf`` (for ``open``), and the checkpoint ``layout`` (its batch log lives there).
     """
-    from kstorm.kafka_spout import KafkaSpout
-    from kstorm.testing import ListSpout
-
     spout = spec.component
-    if isinstance(spout, KafkaSpout):
+    kind = source_kind(spout)
+    if kind == "kafka":
         from kstorm._spark.kafka_source import read_stream
 
-        if spout.bootstrap_servers is None:
-            if not settings.bootstrap_servers:
-                msg = (
-                    f"spout {spec.id!r}: no Kafka bootstrap servers: pass "
-                    "KafkaSpout(bootstrap_servers=...) or set 'kafka.bootstrap.servers'"
-                )
-                raise ConfigError(
-                    msg)
-            spout = spout.with_bootstrap(settings.bootstrap_servers)
-        from kstorm._runtime.envelope import ENVELOPE_DDL
-
         return read_stream(spark, spout, pmax_file, fused, ENVELOPE_DDL, acking)
-    if isinstance(spout, ListSpout):
+    if kind == "list":
         from kstorm._spark.list_source import read_list_spout
 
         return read_list_spout(spark, spout.batches, spout.schema, spout.partitions, pmax_file)
     if not isinstance(spout, BaseRichSpout):
         msg = f"spout {spec.id!r} is a {type(spout).__name__}, not a BaseRichSpout"
         raise TopologyError(msg)
-    if fused is None or state_dir is None:
+    if fused is None or layout is None:
         msg = f"spout {spec.id!r}: a free-form spout is read with its source stage and log"
         raise TopologyError(msg)
-    from kstorm._runtime.envelope import ENVELOPE_DDL
-    from kstorm._spark.spout_source import SpoutSourceSpec, log_dir, read_spout_stream
     from kstorm._runtime.spout_executor import BatchBounds
+    from kstorm._spark.spout_source import SpoutSourceSpec, read_spout_stream
 
     bounds = BatchBounds(settings.spout_max_batch_tuples, settings.spout_max_batch_ms,
                          settings.spout_idle_calls, settings.spout_max_failures)
     source = SpoutSourceSpec(spout, spec.id, topology_name, {**(conf or {}), **spec.conf},
-                             dict(spec.streams), str(log_dir(state_dir, spec.id)), bounds,
+                             dict(spec.streams), str(layout.spout_log_dir(spec.id)), bounds,
                              settings.acks_on_emit, spec.parallelism, fused)
     return read_spout_stream(spark, source, ENVELOPE_DDL)

@@ -5,9 +5,10 @@ source runner) and calls the reader's driver methods there. The reader holds the
 instance in that process, through a :class:`kstorm._runtime.spout_executor.SpoutExecutor`:
 
 - ``latestOffset(start, limit)``: the executor acks what committed, then fills and logs
-  batch ``start["seq"]`` (``<checkpoint>/kstorm/spouts/<spout id>/<seq>``) and returns
-  ``{"seq": seq + 1}``, or ``start`` when the spout had nothing. Spark writes that end to its
-  offset log only after the batch is logged, so any batch Spark (re)runs is in the log.
+  batch ``start["seq"]`` (``<checkpoint>/kstorm/spouts/<spout id>/<seq>``, see
+  ``kstorm/_runtime/checkpoint.py``) and returns ``{"seq": seq + 1}``, or ``start`` when
+  the spout had nothing. Spark writes that end to its offset log only after the batch is
+  logged, so any batch Spark (re)runs is in the log.
 - ``partitions(start, end)``: the logged batches, split into ``parallelism`` slices carried
   inside the input partitions as Arrow IPC bytes (executors need no access to the log).
 - ``read(partition)``: the slice's rows (``__stream``, pickled ``__vals``), turned into
@@ -26,7 +27,6 @@ import base64
 import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -172,8 +172,3 @@ def read_spout_stream(spark: SparkSession, spec: SpoutSourceSpec, schema: str) -
     spark.dataSource.register(SpoutDataSource)
     option = base64.b64encode(cloudpickle.dumps(spec)).decode()
     return spark.readStream.format(FORMAT).schema(schema).option(SPEC_OPTION, option).load()
-
-
-def log_dir(state_dir: Path, spout_id: str) -> Path:
-    """``<checkpoint>/kstorm/spouts/<spout id>``: the spout's batch log."""
-    return state_dir / "spouts" / spout_id

@@ -1,34 +1,42 @@
 """The Python operators of a plan's stages (run inside Spark tasks, on Arrow batches).
 
-``StageRunner`` is what ``mapInArrow`` calls for a stateless stage; ``StatefulStage`` is the
-``transformWithStateInPandas`` processor of a stage whose head is a stateful bolt. Both feed
-:class:`kstorm._runtime.executor.StageExecutor` and pack what leaves the stage into envelope rows.
-Rows addressed to other components (sinks, dead letters, metrics) pass through unchanged,
-so a linear topology computes each stage once per batch.
+``StageRunner`` is what ``mapInArrow`` calls for a stateless stage; the processor of
+:func:`stateful_processor` is the ``transformWithStateInPandas`` operator of a stage whose
+head is a stateful bolt. Both feed :class:`kstorm._runtime.executor.StageExecutor` and pack
+what leaves the stage into envelope rows. Every stage reads its input through
+:func:`arrivals`: rows addressed to other components (sinks, dead letters, metrics) pass
+through unchanged, so a linear topology computes each stage once per batch, and the one
+stage that carries a spout's raw rows applies ``kstorm.bad.input.policy`` to its undecodable
+records.
 """
 
 from __future__ import annotations
 
 import pickle
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from kstorm._runtime.executor import Outgoing, Packed, StageExecutor
-from kstorm._runtime.plan import AckingPlan, Plan
 from kstorm._runtime.envelope import (
+    ERROR_COLUMN,
+    METRICS,
+    Outgoing,
+    Packed,
     bad_input,
     envelope_tuples,
     raw_tuples,
     split_for,
     to_arrow,
 )
+from kstorm._runtime.executor import StageExecutor
+from kstorm._runtime.plan import AckingPlan, Plan
 from kstorm._spark.gc_control import freeze_imports
+from kstorm.config import TopologyConfig
 from kstorm.topology import StormTopology
-
-METRICS_DEST = "__metrics"
+from kstorm.tuple import Tuple
 
 
 @dataclass
@@ -39,20 +47,30 @@ class StageContext:
     plan: Plan
     stage_index: int
     topology_name: str
-    conf: dict[str, Any]
+    settings: TopologyConfig
+    conf: dict[str, Any]     # the user's configuration, as bolts' prepare() gets it
     carrier: bool            # this stage forwards the upstream's driver rows and raw errors
-    on_bolt_error: str = "dead-letter"
     input_columns: list[str] | None = None  # names of the stage's input (TWS loses them)
     input_schema: Any = None  # Arrow schema of the input (TWS hands over pandas: nullable
-    #                           ints arrive as floats); used by windowed bolt stages
+    #                           ints arrive as floats)
     acking: AckingPlan | None = None  # at-least-once: anchoring and acker messages
 
+    @property
+    def stage(self) -> Any:
+        """The plan's stage this context runs."""
+        return self.plan.stages[self.stage_index]
 
-def _policy(ctx: StageContext) -> str:
-    return str(ctx.conf.get("kstorm.bad.input.policy", "dead-letter"))
+    def executor(self, partition: int, state_for: Callable[..., Any] | None = None
+                 ) -> StageExecutor:
+        """A :class:`StageExecutor` for one task (``partition``) of this stage's batch."""
+        return StageExecutor(self.topology, self.plan, self.stage_index,
+                             topology_name=self.topology_name, conf=self.conf,
+                             settings=self.settings, batch_id=batch_id(),
+                             partition=partition, state_for=state_for, acking=self.acking)
 
 
-def _batch_id() -> int:
+def batch_id() -> int:
+    """The micro-batch the current Spark task belongs to (-1 outside a streaming task)."""
     from pyspark import TaskContext
 
     tc = TaskContext.get()
@@ -67,33 +85,84 @@ def _partition() -> int:
     return tc.partitionId() if tc is not None else 0
 
 
-def _run(ctx: StageContext, executor: StageExecutor, batches: Iterator[pa.RecordBatch],
-         task_of_row: Any) -> Iterator[pa.RecordBatch]:
-    stage = ctx.plan.stages[ctx.stage_index]
+# -- the one input loop -----------------------------------------------------------------------
+
+
+def arrivals(ctx: StageContext, batches: Iterator[pa.RecordBatch],
+             dead_letter: Callable[[str, list[Any]], None],
+             skipped: Callable[[str, int], None]
+             ) -> Iterator[tuple[pa.RecordBatch, pa.RecordBatch | None]]:
+    """``(rows for the stage, rows passing through)`` for each non-empty input batch.
+
+    A stage reads either a spout's raw rows or envelope rows. Raw rows that failed to
+    deserialize are dropped here; the carrier stage (exactly one per spout) first applies
+    ``kstorm.bad.input.policy`` to them (``dead_letter(spout, values)`` /
+    ``skipped(spout, n)``; ``fail`` raises). Envelope rows addressed to other components
+    pass through.
+    """
+    stage = ctx.stage
+    spout = stage.raw_spout
     for batch in batches:
         if batch.num_rows == 0:
             continue
-        if stage.raw_spout is not None:
-            if ctx.carrier:
-                dead, skipped = bad_input(batch, stage.raw_spout, _policy(ctx))
-                for values in dead:
-                    executor.dead_letter_record(stage.raw_spout, values)
-                if skipped:
-                    executor.counters[f"{stage.raw_spout}.skipped"] += skipped
-            tuples = raw_tuples(batch, stage.raw_spout, ctx.topology, task_of_row(batch))
-        else:
+        if spout is None:
             mine, others = split_for(batch, stage.head)
-            if others.num_rows:
-                yield others
-            tuples = envelope_tuples(mine, ctx.topology)
-        yield from _packed(executor.process_rows(tuples))
-    yield from _packed(executor.finish_rows())
-    if executor.counters:
-        counters = {"stage": ctx.stage_index, **executor.counters}
-        yield to_arrow([Outgoing(METRICS_DEST, 0, stage.head, "", pickle.dumps(counters), None)])
+            yield mine, (others if others.num_rows else None)
+            continue
+        if ERROR_COLUMN in batch.schema.names:
+            bad = pc.is_valid(batch.column(ERROR_COLUMN))
+            if pc.any(bad).as_py():
+                if ctx.carrier:
+                    records, n_skipped = bad_input(batch, spout, ctx.settings.bad_input_policy)
+                    for values in records:
+                        dead_letter(spout, values)
+                    if n_skipped:
+                        skipped(spout, n_skipped)
+                batch = batch.filter(pc.invert(bad))
+        yield batch, None
 
 
-def _packed(outgoing: Iterator[Outgoing | Packed], size: int = 8192) -> Iterator[pa.RecordBatch]:
+def tuples_of(ctx: StageContext, batch: pa.RecordBatch, tasks: list[int] | None = None
+              ) -> Iterator[tuple[int, Tuple]]:
+    """``(task, Tuple)`` for the rows :func:`arrivals` gave the stage."""
+    spout = ctx.stage.raw_spout
+    if spout is None:
+        return envelope_tuples(batch, ctx.topology)
+    return raw_tuples(batch, spout, ctx.topology, tasks or [0] * batch.num_rows)
+
+
+def _run(ctx: StageContext, executor: StageExecutor, batches: Iterator[pa.RecordBatch],
+         task_of_row: Callable[[pa.RecordBatch], list[int]]) -> Iterator[pa.RecordBatch]:
+    on_skip = _skip_counter(executor)
+    for mine, others in arrivals(ctx, batches, executor.dead_letter_record, on_skip):
+        if others is not None:
+            yield others
+        tasks = task_of_row(mine) if ctx.stage.raw_spout is not None else None
+        yield from packed(executor.process_rows(tuples_of(ctx, mine, tasks)))
+    yield from packed(executor.finish_rows())
+    metrics = metrics_row(ctx, executor.counters)
+    if metrics is not None:
+        yield to_arrow([metrics])
+
+
+def _skip_counter(executor: StageExecutor) -> Callable[[str, int], None]:
+    def count(spout: str, n: int) -> None:
+        executor.counters[f"{spout}.skipped"] += n
+    return count
+
+
+def metrics_row(ctx: StageContext, counters: dict[str, int]) -> Outgoing | None:
+    """The stage task's counters for the driver's progress (None when there are none)."""
+    found = {k: v for k, v in counters.items() if v}
+    if not found:
+        return None
+    return Outgoing(METRICS, 0, ctx.stage.head, "",
+                    pickle.dumps({"stage": ctx.stage_index, **found}), None)
+
+
+def packed(outgoing: Iterator[Outgoing | Packed], size: int = 8192
+           ) -> Iterator[pa.RecordBatch]:
+    """Envelope rows as Arrow batches of at most ``size`` rows."""
     chunk: list[Outgoing | Packed] = []
     for row in outgoing:
         chunk.append(row)
@@ -114,12 +183,8 @@ class StageRunner:
         freeze_imports()
         ctx = self.ctx
         partition = _partition()
-        stage = ctx.plan.stages[ctx.stage_index]
-        par = ctx.topology.components[stage.head].parallelism
-        executor = StageExecutor(ctx.topology, ctx.plan, ctx.stage_index,
-                                 topology_name=ctx.topology_name, conf=ctx.conf,
-                                 batch_id=_batch_id(), partition=partition,
-                                 on_bolt_error=ctx.on_bolt_error, acking=ctx.acking)
+        par = ctx.topology.components[ctx.stage.head].parallelism
+        executor = ctx.executor(partition)
 
         def tasks(batch: pa.RecordBatch) -> list[int]:
             if "__task" in batch.schema.names:
@@ -129,8 +194,7 @@ class StageRunner:
         yield from _run(ctx, executor, batches, tasks)
 
 
-
-class _MapStateKeyValue:
+class MapStateKeyValue:
     """:class:`kstorm.KeyValueState` over a TWS ``MapState`` (keys and values pickled).
 
     Reads are cached for the batch; writes are buffered and flushed once at the end, so a
@@ -220,18 +284,14 @@ def stateful_task(ctx: StageContext, map_state: Any, task: int, rows: Iterator[A
                   ) -> Iterator[Any]:
     """The output of task ``task`` of a stateful stage, for its input ``rows`` (pandas)."""
     freeze_imports()
-    states: list[_MapStateKeyValue] = []
+    states: list[MapStateKeyValue] = []
 
-    def state_for(component: str, _task: int) -> _MapStateKeyValue:
-        kv = _MapStateKeyValue(map_state)
+    def state_for(component: str, _task: int) -> MapStateKeyValue:
+        kv = MapStateKeyValue(map_state)
         states.append(kv)
         return kv
 
-    executor = StageExecutor(ctx.topology, ctx.plan, ctx.stage_index,
-                             topology_name=ctx.topology_name, conf=ctx.conf,
-                             batch_id=_batch_id(), partition=task,
-                             state_for=state_for, on_bolt_error=ctx.on_bolt_error,
-                             acking=ctx.acking)
+    executor = ctx.executor(task, state_for)
     batches = (typed_rows(pdf, ctx) for pdf in rows)
     for out in _run(ctx, executor, batches, lambda b: [task] * b.num_rows):
         yield out.to_pandas()
@@ -239,22 +299,16 @@ def stateful_task(ctx: StageContext, map_state: Any, task: int, rows: Iterator[A
         kv.flush()
 
 
-
-def _named(pdf: Any, columns: list[str] | None) -> pa.RecordBatch:
-    """TWS hands the grouped rows over with positional names (_0, _1, ...): restore them."""
-    if columns is not None and len(columns) == len(pdf.columns):
-        pdf.columns = columns
-    return pa.RecordBatch.from_pandas(pdf, preserve_index=False)
-
-
 def typed_rows(pdf: Any, ctx: StageContext) -> pa.RecordBatch:
-    """A TWS stage's input rows with their Spark types back.
+    """A TWS stage's input rows with their names and Spark types back.
 
-    TWS hands grouped rows over as pandas with positional names, and pandas turns nullable
-    integer columns into floats: the input's Arrow schema restores both.
+    TWS hands grouped rows over as pandas with positional names (_0, _1, ...), and pandas
+    turns nullable integer columns into floats: the input's Arrow schema restores both.
     """
     schema = ctx.input_schema
     if schema is None or len(schema) != len(pdf.columns):
-        return _named(pdf, ctx.input_columns)
+        if ctx.input_columns is not None and len(ctx.input_columns) == len(pdf.columns):
+            pdf.columns = ctx.input_columns
+        return pa.RecordBatch.from_pandas(pdf, preserve_index=False)
     pdf.columns = schema.names
     return pa.RecordBatch.from_pandas(pdf, schema=schema, preserve_index=False)

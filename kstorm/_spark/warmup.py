@@ -9,19 +9,12 @@ Arrow job's (the same as the stages' and the Python data sources' reads) differs
 RDD job's. Measured in the Spark log under load 5: a warm-up that was instead a batch read
 of a Python data source queued behind the data-source lookups and took the task slots just
 when the first batch needed them, delaying it by 3 s.
-
-:func:`warm_up_topology` is what ``kstorm warm-up`` runs.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from typing import Any
-
-from kstorm.bolt import BaseBasicBolt, BasicOutputCollector
-from kstorm.component import OutputFieldsDeclarer
-from kstorm.topology import StormTopology, TopologyBuilder
-from kstorm.tuple import Fields, Tuple
 
 
 def _import_stage_modules(batches: Iterator[Any]) -> Iterator[Any]:
@@ -37,24 +30,3 @@ def warm_up(spark: Any) -> None:
     """Start one Python worker per core (blocking; call it from a background thread)."""
     n = spark.sparkContext.defaultParallelism
     spark.range(n, numPartitions=n).mapInArrow(_import_stage_modules, "id long").collect()
-
-
-class Echo(BaseBasicBolt):
-    """Emits each tuple's values again."""
-
-    def execute(self, tuple_: Tuple, collector: BasicOutputCollector) -> None:
-        collector.emit(tuple_.values)
-
-    def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
-        declarer.declare(Fields("n"))
-
-
-def warm_up_topology() -> StormTopology:
-    """A small topology through the runtime's common paths (``kstorm warm-up``)."""
-    from kstorm.testing import CaptureSink, ListSpout
-
-    builder = TopologyBuilder()
-    builder.set_spout("numbers", ListSpout([[(i,) for i in range(100)]] * 2, Fields("n")))
-    builder.set_bolt("echo", Echo()).shuffle_grouping("numbers")
-    builder.set_bolt("sink", CaptureSink()).shuffle_grouping("echo")
-    return builder.create_topology()

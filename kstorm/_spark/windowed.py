@@ -14,20 +14,28 @@ and closes the same windows.
 from __future__ import annotations
 
 import json
-import os
 import pickle
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kstorm._runtime.executor import Outgoing, Packed, dumps, pack
-from kstorm._ids import DEAD_LETTER_STREAM
-from kstorm._runtime.envelope import bad_input
-from kstorm._spark.stage import METRICS_DEST, StageContext
+from kstorm._runtime.checkpoint import CheckpointLayout
+from kstorm._runtime.envelope import (
+    CLOCK_COLUMN,
+    DEAD_LETTER,
+    METRICS,
+    Outgoing,
+    Packed,
+    dumps,
+    pack,
+    to_arrow,
+    window_dest,
+)
+from kstorm._spark.gc_control import freeze_imports
+from kstorm._spark.stage import StageContext, arrivals
 from kstorm.windowing.aggregate import (
     AggregateSpec,
     AggregateWindows,
@@ -37,13 +45,7 @@ from kstorm.windowing.aggregate import (
     partials,
 )
 
-PMAX_COLUMN = "__pmax0"  # latest timestamp of the row's stream before this batch (null: none)
 KAFKA_STREAM = ("topic", "partition")
-
-
-def window_dest(component: str) -> str:
-    """Envelope destination of a windowed aggregate's partials (the driver)."""
-    return f"__window:{component}"
 
 
 def stream_ids(batch: pa.RecordBatch) -> np.ndarray:
@@ -68,40 +70,36 @@ class WindowStageRunner:
         self.spec = spec
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from kstorm._runtime.envelope import to_arrow
-        from kstorm._spark.gc_control import freeze_imports
-
         freeze_imports()
-        stage = self.ctx.plan.stages[self.ctx.stage_index]
-        component = stage.head
-        spout = stage.raw_spout
-        topology = self.ctx.topology
+        ctx = self.ctx
+        component = ctx.stage.head
+        spout = ctx.stage.raw_spout
+        topology = ctx.topology
         latest: dict[Any, int] = {}
         pieces: list[pa.Table] = []
         late_rows: list[Packed] = []
         dead: list[Outgoing] = []
-        n_skipped = 0
+        skipped: dict[str, int] = {}
         n_late = n_in = 0
         schema: pa.Schema | None = None
         late_consumers = (topology.consumers(component, self.spec.late_stream)
                           if self.spec.late_stream else [])
         fields = topology.components[spout].streams["default"] if spout else None
-        for batch in batches:
+
+        def dead_letter(source: str, values: list[Any]) -> None:
+            dead.append(Outgoing(DEAD_LETTER, 0, source, "default", dumps(values), None))
+
+        def skip(source: str, n: int) -> None:
+            skipped[source] = skipped.get(source, 0) + n
+
+        for batch, _ in arrivals(ctx, batches, dead_letter, skip):
+            schema = batch.schema
             if batch.num_rows == 0:
                 continue
-            schema = batch.schema
-            if "__error" in batch.schema.names:
-                if self.ctx.carrier and spout is not None:
-                    policy = str(self.ctx.conf.get("kstorm.bad.input.policy", "dead-letter"))
-                    records, skipped = bad_input(batch, spout, policy)
-                    n_skipped += skipped
-                    dead.extend(Outgoing(DEAD_LETTER_STREAM, 0, spout, "default", dumps(v), None)
-                                for v in records)
-                batch = batch.filter(pc.is_null(batch.column("__error")))
             n_in += batch.num_rows
             streams = stream_ids(batch)
-            if PMAX_COLUMN in batch.schema.names:
-                for s, p0 in zip(streams, batch.column(PMAX_COLUMN).to_pylist(), strict=True):
+            if CLOCK_COLUMN in batch.schema.names:
+                for s, p0 in zip(streams, batch.column(CLOCK_COLUMN).to_pylist(), strict=True):
                     if p0 is not None and s not in latest:
                         latest[s] = p0
             ts = batch.column(self.spec.ts_field).cast(pa.int64()).to_numpy(
@@ -119,15 +117,16 @@ class WindowStageRunner:
                 pieces.append(partials(pa.Table.from_batches([batch]), self.spec))
         if schema is None:
             return
-        if dead or n_skipped:
-            counters_dead = {f"{spout}.dead_lettered": len(dead), f"{spout}.skipped": n_skipped}
-            dead.append(Outgoing(METRICS_DEST, 0, spout or "", "", pickle.dumps(counters_dead),
+        if dead or skipped:
+            counters_dead = {f"{spout}.dead_lettered": len(dead),
+                             **{f"{s}.skipped": n for s, n in skipped.items()}}
+            dead.append(Outgoing(METRICS, 0, spout or "", "", pickle.dumps(counters_dead),
                                  None))
         merged = merge(pieces, self.spec) if pieces else empty_partials(self.spec, schema)
         payload = {"partials": merged, "latest": latest, "late": n_late}
         out = [Outgoing(window_dest(component), 0, component, "", pickle.dumps(payload), None)]
         counters = {f"{component}.executed": n_in, f"{component}.late": n_late}
-        out.append(Outgoing(METRICS_DEST, 0, component, "", pickle.dumps(counters), None))
+        out.append(Outgoing(METRICS, 0, component, "", pickle.dumps(counters), None))
         yield to_arrow(out + late_rows + dead)
 
 
@@ -139,22 +138,22 @@ def _late_values(batch: pa.RecordBatch, fields: Any) -> Iterator[dict[str, Any]]
 
 
 class WindowCommit:
-    """Driver half of one windowed aggregate: state per batch id under ``state_dir``."""
+    """Driver half of one windowed aggregate: its state per batch id in the checkpoint."""
 
-    def __init__(self, component: str, spec: AggregateSpec, state_dir: Path) -> None:
+    SUFFIX = ".pkl"
+
+    def __init__(self, component: str, spec: AggregateSpec, layout: CheckpointLayout) -> None:
         self.component = component
         self.spec = spec
-        self.dir = state_dir / "windows" / component
-        self.dir.mkdir(parents=True, exist_ok=True)
-        self.pmax_file = state_dir / "pmax" / f"{component}.json"
-        self.pmax_file.parent.mkdir(parents=True, exist_ok=True)
+        self.layout = layout
+        self.dir = layout.window_dir(component)
 
     def _load(self, batch_id: int) -> AggregateWindows:
         windows = AggregateWindows(self.spec)
-        previous = [int(p.stem) for p in self.dir.glob("*.pkl") if int(p.stem) < batch_id]
         # (a replayed batch reloads the state of the batch before it, never its own)
-        if previous:
-            windows.restore((self.dir / f"{max(previous)}.pkl").read_bytes())
+        previous = self.layout.latest_before(self.dir, self.SUFFIX, batch_id)
+        if previous is not None:
+            windows.restore(previous.read_bytes())
         return windows
 
     def commit(self, batch_id: int, payloads: list[bytes]) -> tuple[list[list[Any]], Any]:
@@ -178,20 +177,8 @@ class WindowCommit:
         self.persist(-1, windows)
 
     def persist(self, batch_id: int, windows: AggregateWindows) -> None:
-        """Save the state after ``batch_id`` (atomically) and drop states older than 10 batches."""
-        _atomic_write(self.dir / f"{batch_id}.pkl", windows.snapshot())
-        _atomic_write(self.pmax_file, json.dumps(
+        """Save the state after ``batch_id`` and the clocks the next batch's plan records."""
+        self.layout.write(self.dir / f"{batch_id}{self.SUFFIX}", windows.snapshot())
+        self.layout.write(self.layout.clocks_path(self.component), json.dumps(
             {"batch_id": batch_id, "latest": windows.latest}).encode())
-        for p in self.dir.glob("*.pkl"):
-            if int(p.stem) < batch_id - 10:
-                p.unlink(missing_ok=True)
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
+        self.layout.retain(self.dir, self.SUFFIX, batch_id)

@@ -28,28 +28,26 @@ from typing import Any
 
 import pyarrow as pa
 
-from kstorm._runtime.executor import Outgoing, StageExecutor
-from kstorm._runtime.envelope import bad_input, envelope_tuples, raw_tuples, split_for, to_arrow
+from kstorm._runtime.envelope import NOW_COLUMN, Outgoing, state_dest, to_arrow
+from kstorm._runtime.executor import StageExecutor
 from kstorm._spark.gc_control import freeze_imports
 from kstorm._spark.stage import (
-    METRICS_DEST,
+    MapStateKeyValue,
     StageContext,
-    _batch_id,
-    _MapStateKeyValue,
-    _packed,
-    _policy,
+    arrivals,
+    metrics_row,
+    packed,
+    tuples_of,
     typed_rows,
 )
+from kstorm.tuple import Tuple
 from kstorm.windowing._store import PersistentTuples, PersistentWindow
 from kstorm.windowing._task import WindowedTask
-from kstorm.tuple import Tuple
 from kstorm.windowing.config import WindowConfig
 from kstorm.windowing.window import TupleWindow
 
 log = logging.getLogger("kstorm.windowing")
 
-NOW_COLUMN = "__now"  # the batch's processing time (ms), added to the stage's input rows
-STATE_DEST = "__wstate:"  # + component: a task's snapshot for the sinks' stored state
 STATE_KEY = "wbolt:{component}:{task}"  # its name in the sinks' stored state
 
 
@@ -139,63 +137,49 @@ def windowed_processor(ctx: StageContext, spec: WindowedStageSpec) -> Any:
         def _batch(self, task: int, rows: Iterator[Any] | None, timer_values: Any
                    ) -> Iterator[Any]:
             now = int(timer_values.getCurrentProcessingTimeInMs())
-            kvs: list[_MapStateKeyValue] = []
+            kvs: list[MapStateKeyValue] = []
 
-            def state_for(component: str, _task: int) -> _MapStateKeyValue:
-                kv = _MapStateKeyValue(self._kv)
+            def state_for(component: str, _task: int) -> MapStateKeyValue:
+                kv = MapStateKeyValue(self._kv)
                 kvs.append(kv)
                 return kv
 
-            executor = StageExecutor(ctx.topology, ctx.plan, ctx.stage_index,
-                                     topology_name=ctx.topology_name, conf=ctx.conf,
-                                     batch_id=_batch_id(), partition=task,
-                                     state_for=state_for, on_bolt_error=ctx.on_bolt_error,
-                                     acking=ctx.acking)
+            executor = ctx.executor(task, state_for)
             windowed = self._load(task)
             tuples: list[Tuple] = []
-            stage = ctx.plan.stages[ctx.stage_index]
-            for pdf in rows or ():
-                batch = typed_rows(pdf, ctx)
-                if batch.num_rows == 0:
-                    continue
-                if now < 0 and NOW_COLUMN in batch.schema.names:
-                    now = int(batch.column(NOW_COLUMN)[0].as_py())
-                if stage.raw_spout is not None:
-                    if ctx.carrier:
-                        dead, skipped = bad_input(batch, stage.raw_spout, _policy(ctx))
-                        for values in dead:
-                            executor.dead_letter_record(stage.raw_spout, values)
-                        if skipped:
-                            executor.counters[f"{stage.raw_spout}.skipped"] += skipped
-                    tuples.extend(t for _, t in raw_tuples(batch, stage.raw_spout, ctx.topology,
-                                                           [task] * batch.num_rows))
-                else:
-                    mine, others = split_for(batch, stage.head)
-                    if others.num_rows:
-                        yield _pandas(others.drop_columns([NOW_COLUMN]))
-                    tuples.extend(t for _, t in envelope_tuples(mine, ctx.topology))
+            batches = (typed_rows(pdf, ctx) for pdf in rows or ())
+
+            def skip(spout: str, n: int) -> None:
+                executor.counters[f"{spout}.skipped"] += n
+
+            for mine, others in arrivals(ctx, batches, executor.dead_letter_record, skip):
+                for rows_in in (mine, others):
+                    if (now < 0 and rows_in is not None and rows_in.num_rows
+                            and NOW_COLUMN in rows_in.schema.names):
+                        now = int(rows_in.column(NOW_COLUMN)[0].as_py())
+                if others is not None:
+                    yield _pandas(others.drop_columns([NOW_COLUMN]))
+                tuples.extend(t for _, t in tuples_of(ctx, mine, [task] * mine.num_rows))
             executor.counters[f"{spec.component}.executed"] += len(tuples)
             executor.hold(spec.component, tuples)
             out = _Output(executor, spec.component, task, spec.config.late_tuple_stream)
             windowed.process(tuples, now, out)
-            for chunk in _packed(executor.finish_rows()):
+            for chunk in packed(executor.finish_rows()):
                 yield _pandas(chunk)
             for kv in kvs:
                 kv.flush()
             blob = pickle.dumps(windowed.snapshot(), protocol=5)
             self._window.update((blob,))
             if spec.to_driver:
-                kv_items = dict(_MapStateKeyValue(self._kv))
+                kv_items = dict(MapStateKeyValue(self._kv))
                 seed = pickle.dumps({"window": blob, "kv": kv_items}, protocol=5)
-                yield _pandas(to_arrow([Outgoing(STATE_DEST + spec.component, task,
+                yield _pandas(to_arrow([Outgoing(state_dest(spec.component), task,
                                                  spec.component, "", seed, None)]))
             if spec.timers:
                 self._set_timer(windowed.next_timer(now))
-            counters = {k: v for k, v in executor.counters.items() if v}
-            if counters:
-                yield _pandas(to_arrow([Outgoing(METRICS_DEST, 0, spec.component, "",
-                                                 pickle.dumps({"stage": ctx.stage_index,
-                                                               **counters}), None)]))
+            metrics = metrics_row(ctx, executor.counters)
+            if metrics is not None:
+                yield _pandas(to_arrow([metrics]))
 
         def _load(self, task: int) -> WindowedTask:
             store = (PersistentTuples(_MapStateChunks(self._tuples),
@@ -207,7 +191,7 @@ def windowed_processor(ctx: StageContext, spec: WindowedStageSpec) -> Any:
             elif task in spec.seeds:  # first batch after a lost checkpoint
                 seed = pickle.loads(spec.seeds[task])
                 windowed.restore(pickle.loads(seed["window"]))
-                kv = _MapStateKeyValue(self._kv)
+                kv = MapStateKeyValue(self._kv)
                 for k, v in seed["kv"].items():
                     kv.put(k, v)
                 kv.flush()
@@ -234,18 +218,18 @@ def _pandas(batch: pa.RecordBatch) -> Any:
 def windowed_spec(topology: Any, plan: Any, stage: Any, settings: Any,
                   seeds: dict[str, bytes]) -> WindowedStageSpec:
     """The :class:`WindowedStageSpec` of a windowed bolt's stage."""
+    from kstorm._runtime.plan import source_kind
     from kstorm.config import TriggerMode
-    from kstorm.kafka_spout import KafkaSpout
     from kstorm.windowing.durations import Duration
 
     spec = topology.components[stage.head]
     config: WindowConfig = spec.component.window_config
     inputs = [f"{g.component}:{g.stream}" for g in spec.inputs
-              if not isinstance(topology.components[g.component].component, KafkaSpout)]
+              if source_kind(topology.components[g.component].component) != "kafka"]
     continuous = settings.trigger is TriggerMode.CONTINUOUS
     needs_timers = (config.idle_timeout is not None if config.is_event_time
                     else isinstance(config.sliding_interval, Duration))
-    stores = any(getattr(topology.components[s].component, "stores_state", False)
+    stores = any(getattr(topology.components[s].component, "records_offsets", False)
                  for s in plan.sinks)
     to_driver = stores and config.message_id_field is not None and not config.persistent
     prefix = state_key(stage.head, 0)[:-1]

@@ -14,22 +14,22 @@ between tasks. How the pieces talk:
   :func:`dispatch` runs the spout's ``ack``/``fail``; ``committable_offsets()``
   gives the Kafka offsets the group may commit.
 
-How the Spark runtime uses them (at-least-once): each stage task folds its messages into
-an :class:`AckerOutbox` (combined per root) and sends one payload per acker task; the
-acker operator runs :func:`run_acker_batch` over its payloads against its state-store
-entries; the driver's :class:`SpoutTracker` per spout turns the events into decisions and
-a :class:`SpoutBook`, from which the spout's source plans retries into the next batch.
+The names exported here are the user's: Storm's anchoring, the XOR ledger (seed 003's
+walk-through can be checked with them), spout bookkeeping and retry policies. How the Spark
+runtime uses them (at-least-once): each stage task folds its messages into an
+``acking.outbox.AckerOutbox`` (combined per root) and sends one payload per acker task; the
+acker operator runs ``acking.acker.run_acker_batch`` over its payloads against its
+state-store entries; the driver's :class:`SpoutTracker` per spout turns the events into
+decisions and an ``acking.replay.SpoutBook``, from which the spout's source plans retries
+into the next batch.
 """
 
-from kstorm.acking.acker import AckerBatchResult, run_acker_batch
 from kstorm.acking.anchoring import AnchorTracker, RootEmit, TrackedTuple, emit_root
 from kstorm.acking.decisions import ReliableSpout, SpoutAction, SpoutDecision, dispatch
 from kstorm.acking.ids import MAX_ID, MIN_ID, IdSource, TupleIdGenerator, acker_for, seed_for
 from kstorm.acking.ledger import AckerEntry, AckerLedger, combine_messages, settle
 from kstorm.acking.messages import AckerEvent, AckerMessage, MessageId, Outcome
 from kstorm.acking.offsets import KafkaMessageId, OffsetTracker
-from kstorm.acking.outbox import AckerOutbox
-from kstorm.acking.replay import SpoutBook
 from kstorm.acking.retry import RetryPolicy
 from kstorm.acking.spout_tracker import DEFAULT_MESSAGE_TIMEOUT_SECS, SpoutTracker
 
@@ -37,12 +37,10 @@ __all__ = [
     "DEFAULT_MESSAGE_TIMEOUT_SECS",
     "MAX_ID",
     "MIN_ID",
-    "AckerBatchResult",
     "AckerEntry",
     "AckerEvent",
     "AckerLedger",
     "AckerMessage",
-    "AckerOutbox",
     "AnchorTracker",
     "IdSource",
     "KafkaMessageId",
@@ -52,7 +50,6 @@ __all__ = [
     "ReliableSpout",
     "RetryPolicy",
     "RootEmit",
-    "SpoutBook",
     "SpoutAction",
     "SpoutDecision",
     "SpoutTracker",
@@ -62,7 +59,6 @@ __all__ = [
     "combine_messages",
     "dispatch",
     "emit_root",
-    "run_acker_batch",
     "seed_for",
     "settle",
 ]

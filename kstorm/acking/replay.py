@@ -28,10 +28,6 @@ from typing import Any
 ACKING_KEY = "@acking"
 """Key of the reliability marks in a batch's end offsets (not a legal topic name)."""
 
-ATTEMPT_COLUMN = "__attempt"
-"""Column of a tracked spout's rows: 0 for a first emit, n for the n-th retry."""
-NOW_COLUMN = "__now"
-"""Column of a tracked spout's rows: when the batch was planned (ms)."""
 
 Retry = tuple[str, int, int, int]
 """``(topic, partition, offset, attempt)`` of a message to re-emit."""

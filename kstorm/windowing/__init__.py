@@ -1,8 +1,10 @@
 """Windowing (seed 004): window shapes, the window manager, watermarks, stateful bookkeeping.
 
 Pure Python: no Spark and no I/O. Users subclass :class:`BaseWindowedBolt` (or
-:class:`BaseStatefulWindowedBolt`); the Spark layer feeds a :class:`WindowManager` per bolt task
-and snapshots it between micro-batches.
+:class:`BaseStatefulWindowedBolt`) and declare windows with :class:`Count` and
+:class:`Duration`; :class:`WindowManager` and :class:`WatermarkTracker` are seed 004's pure
+logic (its worked example can be checked with them). The runtime's own pieces live in this
+package's private modules (``_task``, ``_store``) and in ``message_ids``/``manager``.
 
 Example:
     >>> from kstorm.windowing import Count, WindowConfig, WindowManager
@@ -13,21 +15,11 @@ Example:
     [['a', 'b'], ['b', 'c', 'd']]
 """
 
-from kstorm.windowing.bolt import (
-    BaseStatefulWindowedBolt,
-    BaseWindowedBolt,
-    WindowedOutputCollector,
-)
+from kstorm.windowing.bolt import BaseStatefulWindowedBolt, BaseWindowedBolt
 from kstorm.windowing.builder import WindowedBoltConfigMixin
-from kstorm.windowing.config import (
-    LATE_TUPLE_FIELD,
-    FieldTimestampExtractor,
-    WindowConfig,
-    field_value,
-)
+from kstorm.windowing.config import LATE_TUPLE_FIELD, FieldTimestampExtractor, WindowConfig
 from kstorm.windowing.durations import Count, Duration
-from kstorm.windowing.manager import WindowManager, default_source
-from kstorm.windowing.message_ids import MessageIdLedger, Replay
+from kstorm.windowing.manager import WindowManager
 from kstorm.windowing.watermark import WatermarkTracker
 from kstorm.windowing.window import StaleWindowError, TupleWindow, UnsupportedOperationError
 
@@ -38,8 +30,6 @@ __all__ = [
     "Count",
     "Duration",
     "FieldTimestampExtractor",
-    "MessageIdLedger",
-    "Replay",
     "StaleWindowError",
     "TupleWindow",
     "UnsupportedOperationError",
@@ -47,7 +37,4 @@ __all__ = [
     "WindowConfig",
     "WindowManager",
     "WindowedBoltConfigMixin",
-    "WindowedOutputCollector",
-    "default_source",
-    "field_value",
 ]

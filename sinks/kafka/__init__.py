@@ -22,7 +22,6 @@ Example:
     KafkaSink('word-counts', name=None)
 """
 
-from ._test_hooks import PAUSE_AFTER_ENV, PAUSE_ENV
 from .sink import KafkaSink
 
-__all__ = ["PAUSE_AFTER_ENV", "PAUSE_ENV", "KafkaSink"]
+__all__ = ["KafkaSink"]

@@ -13,8 +13,6 @@ the consumer group that holds its committed offsets, and the name of its bookkee
   ``kstorm.txid``, ``kstorm.chunk`` (``i/n``).
 
 Example:
-    >>> source_offsets({"events": {"clicks": {"0": 120, "1": 98}}, "list": {"batch": 3}})
-    {'clicks': {0: 120, 1: 98}}
     >>> [(k, h) for k, _, h in state_records(7, {"window:agg": b"abc"})]
     [(b'state:window:agg:0', [('kstorm.txid', b'7'), ('kstorm.chunk', b'0/1')])]
 """
@@ -49,22 +47,6 @@ def check_topic_name(kind: str, name: Any, where: str) -> str:
 def sink_name(topology: str, sink_id: str) -> str:
     """The default transactional id, group id and bookkeeping topic of a sink."""
     return f"kstorm.{topology}.{sink_id}"
-
-
-def source_offsets(offsets: Mapping[str, Any] | None) -> Offsets:
-    """The runtime's ``{spout: {topic: {"partition": end}}}`` flattened to ``{topic: {p: end}}``.
-
-    Spouts whose offsets are not Kafka partitions (e.g. the testing ListSpout's
-    ``{"batch": n}``) and the runtime's own ``@``-prefixed entries are left out.
-    """
-    flat: Offsets = {}
-    for per_spout in (offsets or {}).values():
-        if not isinstance(per_spout, Mapping):
-            continue
-        for topic, parts in per_spout.items():
-            if isinstance(parts, Mapping) and not str(topic).startswith("@"):
-                flat.setdefault(topic, {}).update({int(p): int(o) for p, o in parts.items()})
-    return flat
 
 
 def marker_offset(txid: int) -> int:

@@ -1,6 +1,6 @@
 """Reading the sink's records back: its group's committed offsets and its bookkeeping topic.
 
-Used when a topology starts (``kstorm/_reconcile.py`` asks the sink where it stopped), not in
+Used when a topology starts (reconcile asks the sink where it stopped), not in
 the commit path. The bookkeeping topic is created here too.
 """
 
@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
 
 from confluent_kafka import (
     Consumer,
@@ -19,6 +18,7 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from kstorm._kafka.connection import KafkaConnection, as_connection
 from kstorm.errors import SinkError
 
 from ._book import Offsets, assemble_state
@@ -27,13 +27,13 @@ log = logging.getLogger("kstorm.sinks.kafka")
 BOOK_TOPIC_CONFIG = {"cleanup.policy": "compact"}
 
 
-def create_book_topic(bootstrap: str, name: str, timeout: float) -> None:
+def create_book_topic(connection: KafkaConnection | str, name: str, timeout: float) -> None:
     """Create the bookkeeping topic ``name`` (1 partition, compacted) unless it exists.
 
     A broker where clients may not create topics needs it created beforehand, e.g.
     ``kafka-topics --create --topic <name> --partitions 1 --config cleanup.policy=compact``.
     """
-    admin = AdminClient(_conf(bootstrap))
+    admin = AdminClient(as_connection(connection).client_config("admin"))
     if _partitions(admin, name, timeout):
         return
     futures = admin.create_topics([NewTopic(name, 1, 1, config=BOOK_TOPIC_CONFIG)],
@@ -43,7 +43,8 @@ def create_book_topic(bootstrap: str, name: str, timeout: float) -> None:
     except KafkaException as exc:
         error = exc.args[0] if exc.args else None
         if not (isinstance(error, KafkaError) and error.code() == KafkaError.TOPIC_ALREADY_EXISTS):
-            msg = (f"KafkaSink: cannot create its bookkeeping topic {name!r} on {bootstrap} "
+            msg = (f"KafkaSink: cannot create its bookkeeping topic {name!r} on "
+                   f"{as_connection(connection).bootstrap_servers} "
                    f"(create it with 1 partition and cleanup.policy=compact): {exc}")
             raise SinkError(msg) from exc
     deadline = time.monotonic() + timeout
@@ -54,26 +55,25 @@ def create_book_topic(bootstrap: str, name: str, timeout: float) -> None:
         time.sleep(0.05)
 
 
-def require_topic(bootstrap: str, topic: str, timeout: float, where: str) -> int:
+def require_topic(connection: KafkaConnection | str, topic: str, timeout: float,
+                  where: str) -> int:
     """The partition count of ``topic``; SinkError if the brokers do not have it.
 
     Listing every topic (rather than asking for this one) never auto-creates it: the output
     topic's partition count decides how keys spread, so it should be created on purpose.
     """
-    admin = AdminClient(_conf(bootstrap))
+    admin = AdminClient(as_connection(connection).client_config("admin"))
     try:
         count = _partitions(admin, topic, timeout)
     except KafkaException as exc:
-        msg = f"{where}: cannot reach the brokers at {bootstrap}: {exc}"
+        servers = as_connection(connection).bootstrap_servers
+        msg = f"{where}: cannot reach the brokers at {servers}: {exc}"
         raise SinkError(msg) from exc
     if not count:
-        msg = f"{where}: output topic {topic!r} does not exist on {bootstrap}; create it first"
+        msg = (f"{where}: output topic {topic!r} does not exist on "
+               f"{as_connection(connection).bootstrap_servers}; create it first")
         raise SinkError(msg)
     return count
-
-
-def _conf(bootstrap: str) -> dict[str, Any]:
-    return {"bootstrap.servers": bootstrap, "logger": log}
 
 
 def _partitions(admin: AdminClient, name: str, timeout: float) -> int:
@@ -81,10 +81,10 @@ def _partitions(admin: AdminClient, name: str, timeout: float) -> int:
     return 0 if topic is None or topic.error is not None else len(topic.partitions)
 
 
-def read_group_offsets(bootstrap: str, group: str, timeout: float
+def read_group_offsets(connection: KafkaConnection | str, group: str, timeout: float
                        ) -> tuple[int | None, Offsets]:
     """The marker's committed offset (None if unset) and every other committed offset."""
-    admin = AdminClient(_conf(bootstrap))
+    admin = AdminClient(as_connection(connection).client_config("admin"))
     request = [ConsumerGroupTopicPartitions(group)]
     try:
         answer = admin.list_consumer_group_offsets(request, request_timeout=timeout)[group]
@@ -104,11 +104,11 @@ def read_group_offsets(bootstrap: str, group: str, timeout: float
     return marker, offsets
 
 
-def read_state(bootstrap: str, name: str, txid: int, timeout: float) -> dict[str, bytes]:
+def read_state(connection: KafkaConnection | str, name: str, txid: int, timeout: float
+               ) -> dict[str, bytes]:
     """The window state committed with ``txid``: the bookkeeping topic read to its end."""
-    consumer = Consumer({**_conf(bootstrap), "group.id": f"{name}.reader",
-                         "enable.auto.commit": False, "isolation.level": "read_committed",
-                         "enable.partition.eof": True, "auto.offset.reset": "earliest"})
+    consumer = Consumer(as_connection(connection).client_config("reader",
+                                                         group_id=f"{name}.reader"))
     records = []
     try:
         consumer.assign([TopicPartition(name, 0, 0)])

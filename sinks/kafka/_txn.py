@@ -17,6 +17,7 @@ from typing import Any, Literal, TypeVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 
+from kstorm._kafka.connection import KafkaConnection
 from kstorm.errors import SinkError
 
 log = logging.getLogger("kstorm.sinks.kafka")
@@ -30,11 +31,6 @@ RESERVED = {  # librdkafka key -> the KafkaSink argument (or reason) that owns i
     "transactional.id": "transactional_id",
     "enable.idempotence": "nothing: a transactional producer is always idempotent",
     "group.id": "transactional_id (the sink's group has the same name)",
-}
-PRODUCER_DEFAULTS = {
-    "partitioner": "murmur2_random",  # the Java client's: same key -> same partition
-    "linger.ms": 5,
-    "compression.type": "none",
 }
 
 
@@ -103,21 +99,20 @@ def as_call_error(exc: BaseException, what: str) -> KafkaCallError:
     return KafkaCallError(f"{what}: {type(exc).__name__}: {exc}", "error")
 
 
-def make_producer(bootstrap: str, name: str, extra: Mapping[str, Any]) -> Producer:
+def make_producer(connection: KafkaConnection, name: str, extra: Mapping[str, Any]
+                  ) -> Producer:
     """The sink's transactional producer (``init_transactions`` not called yet)."""
-    return Producer({"bootstrap.servers": bootstrap, "logger": log, **PRODUCER_DEFAULTS,
-                     **dict(extra), "transactional.id": name, "enable.idempotence": True})
+    return Producer(connection.client_config("transactional_producer", transactional_id=name,
+                                             role_config=extra))
 
 
-def make_consumer(bootstrap: str, group: str) -> Consumer:
+def make_consumer(connection: KafkaConnection, group: str) -> Consumer:
     """A consumer of ``group`` that never subscribes (nor joins the group).
 
     It reads the group's committed offsets and hands ``consumer_group_metadata()`` to
     ``send_offsets_to_transaction``.
     """
-    return Consumer({"bootstrap.servers": bootstrap, "logger": log, "group.id": group,
-                     "enable.auto.commit": False, "isolation.level": "read_committed",
-                     "enable.partition.eof": True, "auto.offset.reset": "earliest"})
+    return Consumer(connection.client_config("sink_consumer", group_id=group))
 
 
 def produce(producer: Producer, topic: str, key: bytes | None, value: bytes | None,

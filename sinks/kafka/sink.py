@@ -1,7 +1,7 @@
 """``KafkaSink``: writes each batch's tuples to a Kafka topic in one Kafka transaction.
 
 Attach it like a bolt; the kstorm runtime calls it on the driver in the ordered commit phase
-of each micro-batch (txid = ``txid_base`` + Spark batch id)::
+of each micro-batch (txid = the checkpoint's txid base + Spark batch id)::
 
     builder.set_bolt("out", KafkaSink("word-counts", key="word")).shuffle_grouping("count")
 
@@ -17,9 +17,10 @@ from typing import Any, NoReturn
 
 from confluent_kafka import TopicPartition
 
+from kstorm._kafka.connection import KafkaConnection
+from kstorm._testhooks import pause_after_commit, pause_before_commit
 from kstorm.errors import ConfigError, SinkError
-from kstorm.sink import BaseSink
-from kstorm.tuple import Tuple
+from kstorm.sink import BaseSink, CommitRecord, SinkBatch, SinkContext
 from serdes.base import Serde
 from serdes.json import JsonSerde
 
@@ -29,13 +30,11 @@ from ._book import (
     commit_record,
     marker_offset,
     sink_name,
-    source_offsets,
     state_records,
     txid_of_marker,
 )
 from ._read import create_book_topic, read_group_offsets, read_state, require_topic
 from ._records import KeySpec, RecordEncoder, check_key
-from ._test_hooks import pause_after_commit, pause_before_commit
 
 log = logging.getLogger("kstorm.sinks.kafka")
 
@@ -60,6 +59,10 @@ class KafkaSink(BaseSink):
     Args:
         topic: The output topic (must exist).
         bootstrap_servers: Brokers; default ``kafka.bootstrap.servers`` from the topology conf.
+        connection: A :class:`kstorm.KafkaConnection` (brokers and security) to use instead of
+            the topology's; ``bootstrap_servers`` and the security settings in
+            ``producer_config`` still apply on top. Every client of the sink (the producer,
+            its group consumer, the admin client) uses it.
         value_serde: Any ``serdes`` serde; default ``JsonSerde()``: a JSON object of the fields.
         key: Field whose value is the record key, a function ``tuple -> bytes | str | None``,
             or None. Records with equal keys go to one partition (the Java client's murmur2
@@ -73,17 +76,18 @@ class KafkaSink(BaseSink):
     Example:
         >>> sink = KafkaSink("word-counts", key="word",
         ...                  value_serde=JsonSerde({"word": str, "count": int}))
-        >>> sink.stores_state
+        >>> sink.records_offsets
         True
     """
 
-    stores_state = True  # the window state goes to the bookkeeping topic, in the transaction
+    records_offsets = True  # offsets and the runtime's state go in the batch's transaction
 
     def __init__(self, topic: str, *, bootstrap_servers: str | None = None,
                  value_serde: Serde | None = None, key: KeySpec = None,
                  fields: Sequence[str] | None = None,
                  producer_config: Mapping[str, Any] | None = None,
-                 transactional_id: str | None = None, timeout_s: float = 60.0) -> None:
+                 transactional_id: str | None = None, timeout_s: float = 60.0,
+                 connection: KafkaConnection | None = None) -> None:
         where = f"KafkaSink({topic!r})"
         self.topic = check_topic_name("topic", topic, "KafkaSink")
         if bootstrap_servers is not None and (not isinstance(bootstrap_servers, str)
@@ -96,7 +100,11 @@ class KafkaSink(BaseSink):
             msg = f"{where}: value_serde must be a serdes serde (fields(), serialize(), ...), " \
                   f"got {type(serde).__name__}"
             raise ConfigError(msg)
+        if connection is not None and not isinstance(connection, KafkaConnection):
+            msg = f"{where}: connection must be a kstorm.KafkaConnection, got {connection!r}"
+            raise ConfigError(msg)
         self.bootstrap_servers = bootstrap_servers
+        self.connection = connection
         self.value_serde = serde
         self.key = check_key(key, where)
         self.producer_config = _check_producer_config(producer_config, where)
@@ -109,8 +117,8 @@ class KafkaSink(BaseSink):
         self.encoder = RecordEncoder(serde, key=self.key, fields=fields, where=where)
         self.fields = self.encoder.fields
         self.name: str | None = self.transactional_id  # set by open()
-        self.txid_base = 0
-        self._bootstrap: str | None = None
+        self._connection: KafkaConnection | None = None  # set by open()
+        self._open_txid: int | None = None  # the transaction begun and not ended yet
         self._producer: Any = None
         self._consumer: Any = None
         self._broken: str | None = None  # why this instance refuses to commit
@@ -123,36 +131,40 @@ class KafkaSink(BaseSink):
 
     # -- the kstorm sink protocol (driver, commit phase) ----------------------------------
 
-    def open(self, conf: dict[str, Any], context: Any) -> None:
+    def open(self, context: SinkContext) -> None:
         """Check the output topic, create the bookkeeping topic if needed, then the producer.
 
-        ``init_transactions()`` aborts what an earlier instance with the same transactional
-        id left open, and fences that instance if it still runs.
+        The connection is the sink's own (``connection=``) or the topology's, with this
+        sink's ``bootstrap_servers`` and security settings on top. ``init_transactions()``
+        aborts what an earlier instance with the same transactional id left open, and
+        fences that instance if it still runs.
         """
-        self._bootstrap = self.bootstrap_servers or conf.get("kafka.bootstrap.servers")
-        if not self._bootstrap:
-            msg = f"{self!r}: no brokers: pass bootstrap_servers= or set " \
-                  "kafka.bootstrap.servers in the topology conf"
-            raise ConfigError(msg)
+        where = repr(self)
+        if self.connection is not None:
+            self._connection = self.connection.with_overrides(self.bootstrap_servers,
+                                                              self.producer_config)
+        else:
+            self._connection = context.settings.kafka_connection(
+                self.bootstrap_servers, self.producer_config, where=where)
         self.name = self.transactional_id or check_topic_name(
             "'kstorm.<topology>.<sink id>'",
             sink_name(context.topology_name, context.component_id), "KafkaSink")
-        require_topic(self._bootstrap, self.topic, self.timeout_s, repr(self))
-        create_book_topic(self._bootstrap, self.name, self.timeout_s)
+        require_topic(self._connection, self.topic, self.timeout_s, where)
+        create_book_topic(self._connection, self.name, self.timeout_s)
         self._connect()
 
     def _connect(self) -> None:
-        name, bootstrap = self._name, str(self._bootstrap)
-        producer = _txn.make_producer(bootstrap, name, self.producer_config)
+        name, connection = self._name, self._conn
+        producer = _txn.make_producer(connection, name, self.producer_config)
         _txn.call(f"{self!r}: init_transactions", producer.init_transactions, self.timeout_s)
         self._producer = producer
         if self._consumer is None:
-            self._consumer = _txn.make_consumer(bootstrap, name)
+            self._consumer = _txn.make_consumer(connection, name)
         self._broken = None
+        self._open_txid = None
 
-    def commit(self, batch_id: int, tuples: list[Tuple], offsets: Any,
-               state: Mapping[str, bytes] | None = None) -> None:
-        """Write batch ``batch_id`` (txid = ``txid_base + batch_id``) in one transaction.
+    def commit(self, batch: SinkBatch) -> None:
+        """Write one batch in one transaction (txid = ``batch.txid``).
 
         1. Refuse if this instance was fenced: a newer one owns the transactional id.
         2. Read the group's marker: a txid at or above this one means the batch committed
@@ -162,14 +174,14 @@ class KafkaSink(BaseSink):
            ``commit`` record and the window state to the bookkeeping topic.
         5. ``send_offsets_to_transaction``: the batch's source end offsets and the marker
            (``txid + 1``), in the sink's group.
-        6. Test hook: pause here if ``KSTORM_TEST_PAUSE_IN_COMMIT`` is set (``_test_hooks``).
+        6. Test hook: pause here if ``KSTORM_TEST_PAUSE_IN_COMMIT`` is set
+           (``kstorm/_testhooks.py``).
         7. ``commit_transaction``: records, offsets and marker become visible at once.
 
         A failure aborts the transaction and raises SinkError; the batch is replayed under the
         same txid when the topology restarts. Fenced: SinkError saying so, nothing committed.
         """
-        txid = self.txid_base + batch_id
-        ends = source_offsets(offsets)
+        txid, ends, tuples, state = batch.txid, batch.offsets, batch.tuples, batch.state
         # Step 1
         if self._broken is not None:
             msg = f"{self!r}: refusing txid {txid} after an earlier failure: {self._broken}"
@@ -193,6 +205,7 @@ class KafkaSink(BaseSink):
         try:
             # Step 4
             producer.begin_transaction()
+            self._open_txid = txid
             for key, value in records:
                 _txn.produce(producer, self.topic, key, value)
             for key, value, headers in book:
@@ -211,17 +224,37 @@ class KafkaSink(BaseSink):
             # Step 7
             _txn.call(f"{what}: commit_transaction", producer.commit_transaction,
                       self.timeout_s)
+            self._open_txid = None
         except Exception as exc:
             self._failed(_txn.as_call_error(exc, what), what, committing=True)
         log.debug("%r: committed txid %s: %d records", self, txid, len(records))
         pause_after_commit(f"kafka sink {name} txid {txid}")  # test hook
 
+    def abort(self, batch: SinkBatch) -> None:
+        """Abort the transaction of ``batch`` if it is still open (idempotent)."""
+        if self._producer is None or self._open_txid != batch.txid:
+            return
+        try:
+            _txn.call(f"{self!r} txid {batch.txid}: abort_transaction",
+                      self._producer.abort_transaction, self.timeout_s)
+        except _txn.KafkaCallError as exc:
+            self._stop(f"txid {batch.txid}: aborting the transaction failed ({exc})")
+        finally:
+            self._open_txid = None
+
     @property
     def _name(self) -> str:
-        if self.name is None or self._bootstrap is None:
+        if self.name is None or self._connection is None:
             msg = f"{self!r}: open() it first (the kstorm runtime does)"
             raise SinkError(msg)
         return self.name
+
+    @property
+    def _conn(self) -> KafkaConnection:
+        if self._connection is None:
+            msg = f"{self!r}: open() it first (the kstorm runtime does)"
+            raise SinkError(msg)
+        return self._connection
 
     def _committed(self, txid: int, ends: Mapping[str, Mapping[int, int]]) -> int | None:
         """The marker's txid; checks a batch found committed has the offsets it committed."""
@@ -261,6 +294,7 @@ class KafkaSink(BaseSink):
             try:
                 _txn.call(f"{what}: abort_transaction", self._producer.abort_transaction,
                           self.timeout_s)
+                self._open_txid = None
             except _txn.KafkaCallError as abort_error:
                 self._stop(f"{what} was not committed, and aborting it failed too "
                            f"({abort_error})")
@@ -270,20 +304,21 @@ class KafkaSink(BaseSink):
     def _stop(self, reason: str) -> None:
         """Refuse every later commit: only open() (a restart) makes the sink usable again."""
         self._producer = None
+        self._open_txid = None
         self._broken = reason
 
-    def committed_offsets(self) -> tuple[int, dict[str, dict[int, int]]] | None:
+    def committed_offsets(self) -> CommitRecord | None:
         """``(txid, {topic: {partition: end}})`` committed with the last batch, or None."""
-        marker, offsets = read_group_offsets(str(self._bootstrap), self._name, self.timeout_s)
+        marker, offsets = read_group_offsets(self._conn, self._name, self.timeout_s)
         txid = txid_of_marker(marker)
-        return None if txid is None else (txid, offsets)
+        return None if txid is None else CommitRecord(txid, offsets)
 
     def committed_state(self) -> dict[str, bytes]:
         """The window state committed with the last batch (name -> bytes)."""
         record = self.committed_offsets()
         if record is None:
             return {}
-        return read_state(str(self._bootstrap), self._name, record[0], self.timeout_s)
+        return read_state(self._conn, self._name, record.txid, self.timeout_s)
 
     def close(self) -> None:
         """Flush and drop the clients (the sink can be opened again)."""

@@ -36,14 +36,12 @@ topology per key space; two topologies writing one key break the update rules. T
 start a key space over, delete its keys *and* ``kstorm:<topology>:<sink>:*``.
 """
 
-from ._test_hooks import PAUSE_ENV
 from .config import RedisConfig
 from .merge import BUILTIN_MERGES, LuaMerge
 from .sink import CommitResult, Committed, RedisSink
 
 __all__ = [
     "BUILTIN_MERGES",
-    "PAUSE_ENV",
     "CommitResult",
     "Committed",
     "LuaMerge",

@@ -2,7 +2,7 @@
 
 The sink is a picklable declaration. Its Redis client is created on first use and
 dropped when pickled. The kstorm runtime calls it on the driver, in the ordered
-commit phase of each micro-batch (txid = Spark batch id)::
+commit phase of each micro-batch (txid = txid base + Spark batch id)::
 
     sink = RedisSink(RedisConfig(port=6379), key="counts:{word}", value="n", merge="add")
     sink = sink.bind("wordcount")                     # done by the runtime
@@ -18,8 +18,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from kstorm._testhooks import pause_before_commit
 from kstorm.errors import ConfigError, SinkError
-from kstorm.sink import BaseSink
+from kstorm.sink import BaseSink, CommitRecord, SinkBatch, SinkContext
 
 from ._batch import Entry, Row, build_entries, flatten, key_function, value_function
 from ._codec import VALUE_CODECS, ValueCodec
@@ -28,7 +29,6 @@ from ._lua import commit_script
 from ._optimistic import commit_optimistic
 from ._read import read_all
 from ._rules import MODES, Mode
-from ._test_hooks import pause_before_atomic_commit
 from .config import RedisConfig
 from .merge import LuaMerge, PythonMerge, resolve_merge
 
@@ -116,7 +116,6 @@ class RedisSink(BaseSink):
         self.sink_id = check_name("sink_id", sink_id)
         self._client: redis.Redis | None = None
         self._commit: Any = None  # the registered commit script (redis-py Script)
-        self.txid_base = 0  # set by the runtime: txids keep growing if the checkpoint is lost
 
     def bind(self, topology: str, sink_id: str | None = None) -> RedisSink:
         """A copy of this sink that records its batches under ``topology`` (and ``sink_id``)."""
@@ -158,35 +157,38 @@ class RedisSink(BaseSink):
             self._client.close()
         self._client, self._commit = None, None
 
-    stores_state = True  # keeps the runtime's window state with its offsets (recovery)
+    records_offsets = True  # stores each batch's offsets and the runtime's state (reconcile)
 
-    # -- the kstorm sink protocol (driver, commit phase) ---------------------------------
+    # -- the kstorm sink contract (driver, commit phase) ----------------------------------
 
-    def open(self, conf: dict[str, Any], context: Any) -> None:
+    def open(self, context: SinkContext) -> None:
         """Bind to the topology's name and this component's id (the record's namespace)."""
         self.topology = check_name("topology", context.topology_name)
         self.sink_id = check_name("sink_id", context.component_id)
+        self._redis()  # the client (redis-py connects on the first command)
 
-    def commit(self, batch_id: int, tuples: list[Any], offsets: Any,
-               state: Mapping[str, bytes] | None = None) -> None:
-        """Apply batch ``batch_id`` (txid = ``txid_base + batch_id``) with its offsets and state."""
-        rows = [dict(zip(t.fields, t.values, strict=True)) for t in tuples]
-        txid = self.txid_base + batch_id
-        if txid > self.txid_base:  # every earlier txid of this lineage must be in Redis
+    def commit(self, batch: SinkBatch) -> None:
+        """Apply one batch with its offsets and state (``commit_batch`` under its txid).
+
+        Every earlier txid of the checkpoint's lineage must be in Redis: a record behind
+        ``txid - 1`` means Redis lost acknowledged writes, and writing on would hide the gap.
+        """
+        rows = [dict(zip(t.fields, t.values, strict=True)) for t in batch.tuples]
+        if not batch.first_of_lineage:
             recorded = self.committed().txid
-            if recorded is None or recorded < txid - 1:
+            if recorded is None or recorded < batch.txid - 1:
                 msg = (f"{self!r}: Redis holds batch record txid {recorded} but txid "
-                       f"{txid - 1} was committed before this one: Redis lost acknowledged "
-                       "writes (restarted without persistence?). Stopping so nothing is "
-                       "written over the gap; restart the topology to resume from the "
-                       "sink's record")
+                       f"{batch.txid - 1} was committed before this one: Redis lost "
+                       "acknowledged writes (restarted without persistence?). Stopping so "
+                       "nothing is written over the gap; restart the topology to resume from "
+                       "the sink's record")
                 raise SinkError(msg)
-        self.commit_batch(txid, rows, kafka_offsets(offsets), state)
+        self.commit_batch(batch.txid, rows, batch.offsets, batch.state)
 
-    def committed_offsets(self) -> tuple[int, dict[str, dict[int, int]]] | None:
+    def committed_offsets(self) -> CommitRecord | None:
         """``(txid, {topic: {partition: end}})`` of the last committed batch, or None."""
         record = self.committed()
-        return None if record.txid is None else (record.txid, record.offsets)
+        return None if record.txid is None else CommitRecord(record.txid, record.offsets)
 
     def committed_state(self) -> dict[str, bytes]:
         """The runtime state stored with the last committed batch (name -> bytes)."""
@@ -236,7 +238,7 @@ class RedisSink(BaseSink):
         client = self._redis()
         try:
             if isinstance(self.merge, PythonMerge):
-                pause_before_atomic_commit(f"{ns.prefix} txid {txid}")
+                pause_before_commit(f"{ns.prefix} txid {txid}")
                 applied, written, skipped = commit_optimistic(
                     client, ns, mode=self.mode, txid=txid, entries=entries, offsets=offset_args,
                     merge=self.merge, codec=self.value_codec)
@@ -253,7 +255,7 @@ class RedisSink(BaseSink):
                 keys, inline = [ns.record, ns.stage(txid)], []
                 _stage(client, ns.stage(txid), chunks)
             # Step 4
-            pause_before_atomic_commit(f"{ns.prefix} txid {txid}")
+            pause_before_commit(f"{ns.prefix} txid {txid}")
             # Step 5
             args = [str(txid), self.mode, ns.prefix, str(len(offset_args) // 2), *offset_args,
                     str(len(chunks)), *inline]
@@ -290,21 +292,6 @@ class RedisSink(BaseSink):
         except Exception as exc:
             msg = f"{self!r}: cannot read keys {prefix!r}*: {exc}"
             raise SinkError(msg) from exc
-
-
-def kafka_offsets(offsets: Any) -> dict[str, dict[int, int]]:
-    """``{spout: {topic: {"partition": end}}}`` (the runtime's form) -> ``{topic: {p: end}}``.
-
-    Spouts whose offsets are not Kafka partitions (e.g. the testing ListSpout) are left out.
-    """
-    flat: dict[str, dict[int, int]] = {}
-    for per_spout in (offsets or {}).values():
-        if not isinstance(per_spout, Mapping):
-            continue
-        for topic, parts in per_spout.items():
-            if isinstance(parts, Mapping) and not topic.startswith(STATE_PREFIX):
-                flat.setdefault(topic, {}).update({int(p): int(o) for p, o in parts.items()})
-    return flat
 
 
 def _chunk(entries: list[Entry], codec: ValueCodec) -> str:

@@ -1,0 +1,38 @@
+"""Spark's checkpoint logs, read here and nowhere else.
+
+``<checkpoint>/offsets/<batch id>``: written by Spark before a batch runs: a version line,
+the batch's metadata (``batchTimestampMs``...), then one line per source, in the order of
+the query's sources (the order the compiler reads the spouts in), ``-`` for a source with no
+offset yet. ``<checkpoint>/commits/<batch id>``: written once the batch's sink (kstorm's
+commit phase) returned.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Collection, Sequence
+from pathlib import Path
+
+from kstorm._runtime.batch import BatchOffsets
+
+
+def read_batch(checkpoint: Path, batch_id: int, spouts: Sequence[str], *,
+               kafka_spouts: Collection[str]) -> BatchOffsets:
+    """Batch ``batch_id``'s end offsets per spout (``spouts`` in the query's source order)."""
+    try:
+        lines = (checkpoint / "offsets" / str(batch_id)).read_text().splitlines()
+    except FileNotFoundError:
+        return BatchOffsets(batch_id)
+    meta = json.loads(lines[1]) if len(lines) > 1 else {}
+    sources = [json.loads(line) if line.strip() not in ("", "-") else None
+               for line in lines[2:]]
+    return BatchOffsets.parse(batch_id, int(meta.get("batchTimestampMs", 0)),
+                              dict(zip(spouts, sources, strict=False)),
+                              kafka_spouts=kafka_spouts)
+
+
+def last_committed_batch(checkpoint: Path) -> int | None:
+    """Highest batch id in Spark's commit log, or None (no checkpoint, or nothing committed)."""
+    commits = checkpoint / "commits"
+    ids = [int(p.name) for p in commits.iterdir() if p.name.isdigit()] if commits.is_dir() else []
+    return max(ids) if ids else None

@@ -1,0 +1,144 @@
+"""A running topology: its Spark query and commit phase, and how it reports a failure.
+
+Example:
+    >>> handle = submit_topology("word-count", conf, builder.create_topology())  # doctest: +SKIP
+    >>> handle.await_termination()                                    # doctest: +SKIP
+    >>> handle.progress["components"]["count"]["executed"]           # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import Any
+
+from kstorm import errors
+from kstorm.config import TopologyConfig
+from kstorm.errors import KstormError
+from kstorm.sink import BaseSink
+
+log = logging.getLogger("kstorm")
+
+
+class TopologyHandle:
+    """A running topology (a Spark streaming query plus its commit phase)."""
+
+    def __init__(self, name: str, query: Any, commit: Any, settings: TopologyConfig) -> None:
+        self.name = name
+        self._query = query
+        self._commit = commit
+        self.settings = settings
+
+    @property
+    def sinks(self) -> dict[str, BaseSink]:
+        """The topology's sinks (driver-side instances), by component id."""
+        return self._commit.sinks
+
+    @property
+    def captured(self) -> list[tuple[str, str, list[Any]]]:
+        """``(component, stream, values)`` of every emitted tuple, when capture is on."""
+        return self._commit.captured
+
+    @property
+    def dead_letters(self) -> list[dict[str, Any]]:
+        """The most recent dead-letter records (all of them are also in the DLQ topic)."""
+        return list(self._commit.dead_letters.recent)
+
+    @property
+    def is_active(self) -> bool:
+        """Whether the topology is still running."""
+        return bool(self._query.isActive)
+
+    @property
+    def progress(self) -> dict[str, Any]:
+        """Batches, offsets, per-component counters, input rows and rates."""
+        snap = self._commit.progress.snapshot()
+        recent = [p for p in self._query.recentProgress if p is not None]
+        rows = sum(int(p["numInputRows"]) for p in recent)
+        snap["input_rows_recent"] = rows
+        snap["dead_letters"] = self._commit.dead_letters.count
+        if recent:
+            last = recent[-1]
+            snap["input_rows_per_second"] = last["processedRowsPerSecond"]
+            snap["last_batch_ms"] = last["durationMs"].get("triggerExecution")
+        return snap
+
+    @property
+    def recent_batches(self) -> list[dict[str, Any]]:
+        """Spark's progress reports of the recent micro-batches (durations, input rows)."""
+        return [dict(p) for p in self._query.recentProgress if p is not None]
+
+    def await_termination(self, timeout: float | None = None) -> bool:
+        """Wait until the topology stops (available-now: until the topics are drained).
+
+        Returns False if ``timeout`` (seconds) passed first. Raises :class:`KstormError` with
+        the cause if the topology failed.
+        """
+        try:
+            done = (self._query.awaitTermination() if timeout is None
+                    else self._query.awaitTermination(timeout))
+        except Exception as exc:
+            self._commit.close()
+            raise failure(self.name, exc, self._commit.failure) from exc
+        if done is None or done:
+            self._commit.close()
+            return True
+        return False
+
+    def process_all_available(self) -> None:
+        """Block until everything available now has been processed (continuous mode)."""
+        self._query.processAllAvailable()
+
+    def stop(self) -> None:
+        """Stop the topology (the batch in flight is finished or replayed on restart).
+
+        Stopping a topology that already failed does not raise again: the failure was
+        reported by :meth:`await_termination`.
+        """
+        try:
+            self._query.stop()
+        except Exception as exc:  # the query's own failure, re-raised by Spark on stop
+            log.debug("topology %r stopped after failing: %s", self.name, failure(self.name, exc))
+        self._commit.close()
+
+
+def failure(name: str, exc: BaseException, own: BaseException | None = None) -> KstormError:
+    r"""The error a failed topology raises: the matching :class:`KstormError` subclass.
+
+    ``own`` is what the commit phase raised in this process, if the failure began there (a
+    sink out of retries, a dead-letter producer that cannot deliver...): its own class
+    (or the nearest one in :mod:`kstorm.errors`). Otherwise the failure came from a Spark
+    task, as text: the last ``kstorm.errors.<Class>: <message>`` line of the Python
+    traceback Spark carries names the class (a bolt raising under the ``fail`` policy is a
+    :class:`kstorm.errors.BoltError`); anything else is a :class:`KstormError` with
+    the last exception line of that traceback.
+
+    Example:
+        >>> failure("wc", Exception("...\\nkstorm.errors.SerdeError: spout 'e': bad"))
+        SerdeError("topology 'wc' failed: SerdeError: spout 'e': bad")
+    """
+    if own is not None:
+        cls = next((c for c in type(own).__mro__ if c.__module__ == errors.__name__
+                    and issubclass(c, KstormError)), KstormError)
+        return cls(f"topology {name!r} failed: {type(own).__name__}: {own}")
+    text = str(exc)
+    found = re.findall(r"kstorm\.errors\.(\w+): (.+)", text)
+    if found:
+        kind, message = found[-1]
+        cls = getattr(errors, kind, None)
+        if not (isinstance(cls, type) and issubclass(cls, KstormError)):
+            cls = KstormError
+        return cls(f"topology {name!r} failed: {kind}: {message}")
+    return KstormError(f"topology {name!r} failed: {_last_exception_line(text)}")
+
+
+def _last_exception_line(text: str) -> str:
+    """``Name: message`` of the last exception in a Python traceback inside Spark's text."""
+    raised = re.findall(r"^(\w+(?:Error|Exception|Exit|Interrupt)): (.+)$", text, re.MULTILINE)
+    if raised:
+        kind, message = raised[-1]
+        return f"{kind}: {message}"
+    return text.splitlines()[0] if text else "unknown error"
+
+
+__all__ = ["TopologyHandle", "failure"]

@@ -1,0 +1,194 @@
+"""The layout tells the architecture: no import circles, no upward imports, one home per fact.
+
+Imports are read with ``ast`` from the source (function-level imports included, so a lazy
+import cannot hide a circle). Layers, bottom up:
+
+- the model: the public API modules at ``kstorm/`` top level, ``kstorm.windowing``,
+  ``kstorm.acking`` (pure logic, no Spark), and the contract modules every layer shares
+  (the envelope, the Kafka connection value, the reserved ids, the test hooks);
+- the engine: ``kstorm._kafka`` < ``kstorm._runtime`` < ``kstorm._spark`` (only ``_spark``
+  imports pyspark);
+- the facade: ``submit_topology``, the testing helpers, the CLI, the demo, embedded services.
+
+A module may import its own layer and the layers below it, never above.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("kstorm", "sinks", "serdes")
+FACADE = {"kstorm.runtime", "kstorm.testing", "kstorm.cli", "kstorm.demo", "kstorm.embedded",
+          "kstorm._warmup_topology", "kstorm.__init__"}
+# Pure value modules every layer may use: the wire contract, the connection value, the
+# reserved ids and the test hooks.
+CONTRACTS = {"kstorm._runtime.envelope", "kstorm._kafka.connection", "kstorm._ids",
+             "kstorm._testhooks"}
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for package in PACKAGES:
+        for path in (ROOT / package).rglob("*.py"):
+            name = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+            found[name.removesuffix(".__init__") if name.endswith(".__init__") and
+                  name.count(".") > 1 else name] = path
+    return found
+
+
+MODULES = _modules()
+
+
+def _resolve(name: str) -> str | None:
+    while name and name not in MODULES and f"{name}.__init__" not in MODULES:
+        name = name.rpartition(".")[0]
+    if not name:
+        return None
+    return name if name in MODULES else f"{name}.__init__"
+
+
+def _imports(name: str, path: Path) -> set[str]:
+    """Modules of ours that ``name`` imports anywhere in its source (TYPE_CHECKING aside)."""
+    tree = ast.parse(path.read_text())
+    guarded: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            guarded.update(id(n) for n in ast.walk(node))
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    package = package.removesuffix(".__init__")
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in guarded:
+            continue
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(parts + ([base] if base else []))
+            # ``from pkg import mod`` imports the module; ``from mod import name`` the module
+            targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base
+                       for a in node.names]
+        else:
+            continue
+        for target in targets:
+            resolved = _resolve(target)
+            if resolved is not None and resolved != name:
+                found.add(resolved)
+    return found
+
+
+GRAPH = {name: _imports(name, path) for name, path in MODULES.items()}
+
+
+def _layer(name: str) -> int:
+    if name in CONTRACTS:
+        return 0
+    if name in FACADE:
+        return 4
+    if name.startswith("kstorm._spark"):
+        return 3
+    if name.startswith("kstorm._runtime"):
+        return 2
+    if name.startswith("kstorm._kafka"):
+        return 1
+    return 0  # the model, sinks and serdes
+
+
+def test_no_module_imports_its_way_back_to_itself():
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    circles: list[list[str]] = []
+    counter = [0]
+
+    def visit(v: str) -> None:  # Tarjan's strongly connected components
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on_stack.add(v)
+        for w in GRAPH[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                circles.append(sorted(component))
+
+    for module in MODULES:
+        if module not in index:
+            visit(module)
+    assert circles == []
+
+
+def test_no_engine_module_imports_a_layer_above_it():
+    upward = defaultdict(list)
+    for module, targets in GRAPH.items():
+        if not module.startswith("kstorm."):
+            continue
+        for target in targets:
+            if target.startswith("kstorm.") and _layer(target) > _layer(module):
+                upward[module].append(target)
+    assert dict(upward) == {}
+
+
+def test_only_the_spark_package_imports_pyspark():
+    offenders = []
+    for name, path in MODULES.items():
+        if name.startswith("kstorm._spark") or name == "kstorm.__init__":
+            continue
+        if re.search(r"^\s*(from|import) pyspark\b", path.read_text(), re.MULTILINE):
+            offenders.append(name)
+    assert offenders == []
+
+
+def test_nothing_rereads_the_raw_config_outside_the_config_module():
+    offenders = []
+    pattern = re.compile(r"""conf(ig)?\.get\(\s*["'](kstorm|topology|kafka)\.""")
+    for name, path in MODULES.items():
+        if name != "kstorm.config" and pattern.search(path.read_text()):
+            offenders.append(name)
+    assert offenders == []
+
+
+def test_no_librdkafka_settings_are_built_outside_the_connection_object():
+    client_with_a_dict = re.compile(r"(Producer|Consumer|AdminClient)\(\s*\{")
+    servers_set = re.compile(r"""["']bootstrap\.servers["']\s*:\s*[^"'\s]""")
+    offenders = []
+    for name, path in MODULES.items():
+        if name == "kstorm._kafka.connection":
+            continue
+        text = path.read_text()
+        if client_with_a_dict.search(text) or servers_set.search(text):
+            offenders.append(name)
+    assert offenders == []
+
+
+def test_only_the_offset_log_module_reads_sparks_checkpoint_logs():
+    offenders = []
+    for name, path in MODULES.items():
+        if name == "kstorm._spark.offset_log":
+            continue
+        if re.search(r"""["'](offsets|commits)["']\s*/|/\s*["'](offsets|commits)["']""",
+                     path.read_text()):
+            offenders.append(name)
+    assert offenders == []
+
+
+def test_the_planner_never_imports_test_helpers():
+    assert "kstorm.testing" not in GRAPH["kstorm._runtime.plan"]
