@@ -11,7 +11,7 @@ import pytest
 
 from examples import page_views
 from kstorm import submit_topology
-from kstorm._kafka import create_topic
+from kstorm._kafka.client import create_topic
 
 pytestmark = pytest.mark.integration
 
