@@ -1,11 +1,15 @@
 """Session fixtures for integration tests: one broker, one Redis, one SparkSession.
 
 Every test gets its own topic name and checkpoint directory, so tests never share state
-through the shared services.
+through the shared services. Kafka and Redis run in Docker containers (testcontainers: Apache
+Kafka in Confluent's image, ``redis``) when ``KSTORM_TEST_SERVICES`` is ``docker``, or
+``auto`` (the default) and a Docker engine answers; else as the embedded child processes
+(tansu, ``redis-server``). ``_services.py`` decides; ``kafka.kind`` / ``redis_server.kind``
+say which ran. Tests that crash and restart Redis start their own ``EmbeddedRedis``.
 
 Fixtures:
-    kafka           EmbeddedKafka (session); ``kafka.bootstrap_servers``
-    redis_server    EmbeddedRedis (session); ``redis_server.url`` / ``.host`` / ``.port``
+    kafka           KafkaService (session); ``kafka.bootstrap_servers``
+    redis_server    RedisService (session); ``redis_server.url`` / ``.host`` / ``.port``
     spark           SparkSession, local[2] (session)
     topic_name      a unique topic name (function; the topic is not created)
     checkpoint_dir  a fresh checkpoint directory path (function)
@@ -23,8 +27,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _services import KafkaService, RedisService, kafka_service, redis_service
 
-from kstorm.embedded import EmbeddedKafka, EmbeddedRedis
 from kstorm.errors import SourceError
 
 REPO = Path(__file__).resolve().parent.parent
@@ -33,17 +37,17 @@ Record = bytes | str | tuple[bytes | str | None, bytes | str | None]
 
 
 @pytest.fixture(scope="session")
-def kafka() -> Iterator[EmbeddedKafka]:
+def kafka() -> Iterator[KafkaService]:
     from kstorm._kafka.client import close_driver_consumers
 
-    with EmbeddedKafka() as broker:
+    with kafka_service() as broker:
         yield broker
         close_driver_consumers()  # before the broker goes: no reconnect noise at exit
 
 
 @pytest.fixture(scope="session")
-def redis_server() -> Iterator[EmbeddedRedis]:
-    with EmbeddedRedis() as server:
+def redis_server() -> Iterator[RedisService]:
+    with redis_service() as server:
         yield server
 
 

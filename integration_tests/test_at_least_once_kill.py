@@ -24,11 +24,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _services import KafkaService
 from acking_topology import executions
 from eo_topology import TopologyProcess
 
 from kstorm._kafka.client import create_topic
-from kstorm.embedded import EmbeddedKafka
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -53,7 +53,7 @@ def output(path: Path) -> Counter[str]:
     return Counter(path.read_text().split()) if path.exists() else Counter()
 
 
-def test_kill_9_mid_stream_loses_nothing(kafka: EmbeddedKafka, produce: Any,
+def test_kill_9_mid_stream_loses_nothing(kafka: KafkaService, produce: Any,
                                          tmp_path: Path) -> None:
     topic = f"alo-kill-{uuid.uuid4().hex[:8]}"
     create_topic(kafka.bootstrap_servers, topic, PARTITIONS)

@@ -31,6 +31,7 @@ from typing import Any
 
 import pytest
 import redis
+from _services import KafkaService, RedisService
 from eo_topology import (
     LAG_MS,
     SINK_ID,
@@ -45,7 +46,7 @@ from kstorm._kafka.client import create_topic
 from kstorm._runtime.checkpoint import CheckpointLayout
 from kstorm._spark.offset_log import last_committed_batch
 from kstorm._testhooks import PAUSE_ENV
-from kstorm.embedded import EmbeddedKafka, EmbeddedRedis, free_port
+from kstorm.embedded import EmbeddedRedis, free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -94,7 +95,7 @@ def ground_truth(events: list[Event], acks: list[tuple[int, int]]
 
 
 @pytest.fixture(scope="module")
-def dataset(kafka: EmbeddedKafka) -> Dataset:
+def dataset(kafka: KafkaService) -> Dataset:
     topic = f"eo-kill-{uuid.uuid4().hex[:8]}"
     create_topic(kafka.bootstrap_servers, topic, 4)
     events = generate_events(N_EVENTS, seed=SEED)
@@ -302,7 +303,7 @@ class Scenario:
         return "\n".join(lines)
 
 
-def scenario(kafka: EmbeddedKafka, data: Dataset, redis_url: str, tmp_path: Path,
+def scenario(kafka: KafkaService, data: Dataset, redis_url: str, tmp_path: Path,
              seed: int, mode: str = "opaque") -> Scenario:
     name = f"eo{seed}-{uuid.uuid4().hex[:6]}"
     return Scenario(name, kafka.bootstrap_servers, redis_url, data.topic, tmp_path,
@@ -310,7 +311,7 @@ def scenario(kafka: EmbeddedKafka, data: Dataset, redis_url: str, tmp_path: Path
 
 
 def test_kill_at_random_moments_and_inside_the_commit(
-        kafka: EmbeddedKafka, redis_server: EmbeddedRedis, dataset: Dataset,
+        kafka: KafkaService, redis_server: RedisService, dataset: Dataset,
         tmp_path: Path) -> None:
     s = scenario(kafka, dataset, redis_server.url, tmp_path, seed=1)
     try:
@@ -325,7 +326,7 @@ def test_kill_at_random_moments_and_inside_the_commit(
 
 
 def test_kill_with_the_checkpoint_deleted_before_a_restart(
-        kafka: EmbeddedKafka, redis_server: EmbeddedRedis, dataset: Dataset,
+        kafka: KafkaService, redis_server: RedisService, dataset: Dataset,
         tmp_path: Path) -> None:
     s = scenario(kafka, dataset, redis_server.url, tmp_path, seed=2)
     try:
@@ -342,7 +343,7 @@ def test_kill_with_the_checkpoint_deleted_before_a_restart(
     assert resumed, "no run resumed from the sink's offsets after the checkpoint was deleted"
 
 
-def test_kill_with_redis_restarted_mid_run(kafka: EmbeddedKafka, dataset: Dataset,
+def test_kill_with_redis_restarted_mid_run(kafka: KafkaService, dataset: Dataset,
                                            tmp_path: Path) -> None:
     with EmbeddedRedis(appendonly=True, port=free_port()) as server:
         s = scenario(kafka, dataset, server.url, tmp_path, seed=3, mode="transactional")

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _services import KafkaService
 from confluent_kafka import Consumer, KafkaError, Producer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 from kafka_eo_topology import SINK_ID, Square, expected_output
@@ -43,7 +44,6 @@ from kstorm._kafka.client import create_topic
 from kstorm._runtime import reconcile
 from kstorm._runtime.batch import BatchOffsets
 from kstorm._testhooks import PAUSE_AFTER_ENV, PAUSE_ENV
-from kstorm.embedded import EmbeddedKafka
 from kstorm.errors import SinkError
 from kstorm.sink import SinkBatch
 from kstorm.testing import ListSpout, sink_context
@@ -100,7 +100,7 @@ def oracle(bootstrap: str, topic: str, partitions: int) -> tuple[list[Any], list
 
 
 @pytest.fixture(scope="module")
-def hides_aborted(kafka: EmbeddedKafka) -> bool:
+def hides_aborted(kafka: KafkaService) -> bool:
     """Whether this broker hides aborted records from read_committed consumers."""
     topic = f"probe-{uuid.uuid4().hex[:8]}"
     create_topic(kafka.bootstrap_servers, topic, 1)
@@ -134,13 +134,13 @@ def squares(ids: range) -> list[Tuple]:
 
 
 @pytest.fixture
-def output(kafka: EmbeddedKafka, topic_name: str) -> str:
+def output(kafka: KafkaService, topic_name: str) -> str:
     create_topic(kafka.bootstrap_servers, topic_name, 3)
     return topic_name
 
 
 @pytest.fixture
-def source(kafka: EmbeddedKafka) -> str:
+def source(kafka: KafkaService) -> str:
     """An input topic (2 partitions) whose offsets the batches report."""
     name = f"in-{uuid.uuid4().hex[:8]}"
     create_topic(kafka.bootstrap_servers, name, 2)
@@ -160,7 +160,7 @@ def sinks() -> Iterator[list[KafkaSink]]:
         sink.close()
 
 
-def new_sink(sinks: list[KafkaSink], kafka: EmbeddedKafka, output: str, topology: str,
+def new_sink(sinks: list[KafkaSink], kafka: KafkaService, output: str, topology: str,
              timeout_s: float = 10.0) -> KafkaSink:
     sink = opened(KafkaSink(output, key="id", value_serde=OUT, timeout_s=timeout_s),
                   kafka.bootstrap_servers, topology)

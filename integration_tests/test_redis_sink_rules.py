@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 import redis
+from _services import RedisService
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -36,7 +37,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="session")
-def config(redis_server: EmbeddedRedis) -> RedisConfig:
+def config(redis_server: RedisService) -> RedisConfig:
     return RedisConfig(host=redis_server.host, port=redis_server.port)
 
 
@@ -361,8 +362,8 @@ CHILD = """
 import json, sys
 sys.path.insert(0, {repo!r})
 from sinks.redis import RedisConfig, RedisSink
-sink = RedisSink(RedisConfig(port={port}), key="{name}:{{w}}", value="n", merge="add",
-                 max_entries_per_call=50).bind("{name}")
+sink = RedisSink(RedisConfig(host={host!r}, port={port}), key="{name}:{{w}}", value="n",
+                 merge="add", max_entries_per_call=50).bind("{name}")
 sink.commit_batch(2, json.loads(sys.argv[1]), {{"words": {{0: 400}}}})
 """
 
@@ -374,13 +375,16 @@ def test_committer_killed_with_sigkill_just_before_the_atomic_step(config, redis
     batch2 = [{"w": f"w{i:03}", "n": 2} for i in range(200)]
     sink.commit_batch(1, batch1, {"words": {0: 200}})
     marker = tmp_path / "paused"
-    code = CHILD.format(repo=str(REPO), port=redis_server.port, name=name)
+    code = CHILD.format(repo=str(REPO), host=redis_server.host, port=redis_server.port,
+                       name=name)
     child = subprocess.Popen([sys.executable, "-c", code, json.dumps(batch2)],
                              env={**os.environ, PAUSE_ENV: str(marker)})
     try:
         wait_for(marker)
         assert f"pid={child.pid}" in marker.read_text()
-        assert redis.Redis(port=redis_server.port).exists(sink.namespace.stage(2)) == 1
+        client = redis.Redis(host=redis_server.host, port=redis_server.port)
+        assert client.exists(sink.namespace.stage(2)) == 1
+        client.close()
         child.send_signal(signal.SIGKILL)
         child.wait(10)
     finally:

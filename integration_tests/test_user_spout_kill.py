@@ -22,12 +22,12 @@ from pathlib import Path
 
 import pytest
 import redis
+from _services import RedisService
 from eo_topology import TopologyProcess
 from spout_topology import KEYS
 from spouts import acked, recorded_batches
 
 from kstorm._runtime.spout_log import SpoutLog
-from kstorm.embedded import EmbeddedRedis
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -36,7 +36,7 @@ PAUSE_BATCH = 3
 START_TIMEOUT = 180.0
 
 
-def test_kill_9_mid_batch_replays_the_logged_batch(redis_server: EmbeddedRedis,
+def test_kill_9_mid_batch_replays_the_logged_batch(redis_server: RedisService,
                                                    tmp_path: Path) -> None:
     name = f"sp-{uuid.uuid4().hex[:6]}"
     checkpoint = tmp_path / "checkpoint"

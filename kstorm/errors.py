@@ -13,6 +13,8 @@ Hierarchy::
     ├── MissingDependencyError (+ ImportError)  an optional extra or binary is missing;
     │                                        the message says what to install
     ├── EmbeddedServiceError                 an embedded broker / redis-server failed to start
+    ├── JavaError                            no Java that Spark can run on (missing, or not
+    │                                        17/21); names what was found and Spark's log
     ├── SourceError                          a spout could not read its source (Kafka
     │                                        topics; next_tuple failing again and again)
     ├── SinkError                            a sink could not commit a batch
@@ -22,14 +24,35 @@ Hierarchy::
                                              input tuple (Storm's ``FailedException``)
 
 Messages name the component id, what was expected and what was got; library errors are
-wrapped at the boundary with ``raise ... from exc``.
+wrapped at the boundary with ``raise ... from exc``. The first line of a message is the
+problem; ``hint`` (optional, one line) says what to do about it. The ``kstorm`` command
+prints that line and the hint (the traceback only with ``-v``).
 """
 
 from __future__ import annotations
 
 
 class KstormError(Exception):
-    """Root of every kstorm error."""
+    """Root of every kstorm error.
+
+    Args:
+        *args: the message (its first line is what the ``kstorm`` command shows).
+        hint: one line saying what to do about it, e.g. what to install or which key to set;
+            also added as a note, so a traceback shows it under the message.
+
+    Example:
+        >>> err = KstormError("Java not found", hint="apt-get install -y openjdk-17-jre-headless")
+        >>> str(err), err.hint
+        ('Java not found', 'apt-get install -y openjdk-17-jre-headless')
+    """
+
+    hint: str = ""
+
+    def __init__(self, *args: object, hint: str = "") -> None:
+        super().__init__(*args)
+        if hint:
+            self.hint = hint
+            self.add_note(f"hint: {hint}")
 
 
 class ConfigError(KstormError, ValueError):
@@ -59,6 +82,10 @@ class EmbeddedServiceError(KstormError):
     """An embedded service (broker, redis-server) could not be started."""
 
 
+class JavaError(KstormError):
+    """Spark cannot start: no Java, or a Java version Spark cannot run on."""
+
+
 class SourceError(KstormError):
     """A spout could not read from its source."""
 
@@ -81,6 +108,7 @@ __all__ = [
     "EmbeddedServiceError",
     "FailedException",
     "FieldError",
+    "JavaError",
     "KstormError",
     "MissingDependencyError",
     "SerdeError",

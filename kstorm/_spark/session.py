@@ -6,7 +6,6 @@ import contextlib
 import logging
 import os
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -15,6 +14,8 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from kstorm._spark import launch
+from kstorm._spark.java import check_java
+from kstorm._spark.launch import log_path
 from kstorm.config import TopologyConfig
 
 _lock = threading.Lock()
@@ -105,6 +106,7 @@ def get_session(settings: TopologyConfig, *, record_class_cache: bool = False
         active = SparkSession.getActiveSession()
         if active is not None:
             return active
+        check_java()  # a missing or wrong Java is named here, not as JAVA_GATEWAY_EXITED
         builder = SparkSession.builder
         for key, value in launch_options(settings,
                                          record_class_cache=record_class_cache).items():
@@ -158,12 +160,6 @@ def _warm_workers(spark: SparkSession, wait_s: float = 5.0) -> None:
         if tracker.getActiveJobsIds():
             return
         done.wait(0.02)
-
-
-def log_path() -> Path:
-    """Where the JVM's (and its Python workers') console output goes."""
-    return Path(os.environ.get("KSTORM_SPARK_LOG") or
-                Path(tempfile.gettempdir()) / f"kstorm-spark-{os.getpid()}.log")
 
 
 @contextlib.contextmanager

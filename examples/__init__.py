@@ -1,0 +1,1 @@
+"""Example topologies, each a module with a ``topology()`` function for ``kstorm run``."""

@@ -1,0 +1,57 @@
+"""The example topologies do what their docstrings say, on a real broker, Redis and Spark."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections import defaultdict
+from typing import Any
+
+import pytest
+
+from examples import page_views
+from kstorm import submit_topology
+from kstorm._kafka.client import create_topic
+
+pytestmark = pytest.mark.integration
+
+WINDOW_MS, LAG_MS, BASE = 10_000, 5_000, 1_700_000_000_000
+PAGES, USERS = ["/home", "/cart", "/help"], [f"u-{i}" for i in range(10)]
+
+
+def test_page_views_counts_views_and_distinct_users_per_closed_window(
+        spark: Any, kafka: Any, redis_server: Any, topic_name: str, checkpoint_dir: Any,
+        produce: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    bootstrap = kafka.bootstrap_servers
+    create_topic(bootstrap, topic_name, partitions=2)
+    rng = random.Random(13)
+    views: dict[int, list[dict[str, Any]]] = {}
+    for partition in range(2):  # in order, 30 s of event time per partition
+        views[partition] = [{"user": rng.choice(USERS), "page": rng.choice(PAGES),
+                             "ts": BASE + i * 100 + 7} for i in range(300)]
+        produce(bootstrap, topic_name, [json.dumps(v) for v in views[partition]],
+                partition=partition)
+    monkeypatch.setenv("PAGE_VIEWS_TOPIC", topic_name)
+    monkeypatch.setenv("REDIS_URL", redis_server.url)
+    handle = submit_topology(f"pv{topic_name[-8:]}", {
+        "kafka.bootstrap.servers": bootstrap, "kstorm.trigger": "available-now",
+        "kstorm.checkpoint.dir": str(checkpoint_dir)}, page_views.topology().create_topology())
+    try:
+        assert handle.await_termination(180), "the example topology did not drain its topic"
+    finally:
+        handle.stop()
+
+    # windows whose end the final watermark (min over partitions of max ts - lag) passed
+    watermark = min(max(v["ts"] for v in vs) for vs in views.values()) - LAG_MS
+    users: dict[str, set[str]] = defaultdict(set)
+    counts: dict[str, int] = defaultdict(int)
+    for view in (v for vs in views.values() for v in vs):
+        start = view["ts"] - view["ts"] % WINDOW_MS
+        if start + WINDOW_MS < watermark:
+            key = f"page-views:{view['page']}:{start}"
+            counts[key] += 1
+            users[key].add(view["user"])
+    expected = {k: {"views": counts[k], "users": len(users[k])} for k in counts}
+    stored = handle.sinks["store"].read_all("page-views:")
+    assert stored == expected
+    assert len(expected) == 6  # 3 pages x the 2 windows closed by the watermark
