@@ -45,7 +45,8 @@ ENVELOPE_COLUMNS: tuple[tuple[str, pa.DataType], ...] = (
 ENVELOPE_SCHEMA = pa.schema(list(ENVELOPE_COLUMNS))
 _DDL_TYPES = {pa.string(): "string", pa.int32(): "int", pa.binary(): "binary"}
 ENVELOPE_DDL = ", ".join(f"{name} {_DDL_TYPES[kind]}" for name, kind in ENVELOPE_COLUMNS)
-EMPTY = ENVELOPE_SCHEMA.empty_table()
+# (not ENVELOPE_SCHEMA.empty_table(): that imports pandas, ~40 MB in every Python worker)
+EMPTY = pa.Table.from_batches([], schema=ENVELOPE_SCHEMA)
 
 # -- reserved destinations -----------------------------------------------------------------
 

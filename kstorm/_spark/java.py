@@ -109,6 +109,10 @@ def java_version(path: str) -> tuple[str, int]:
     stat = os.stat(path)
     key = (os.path.realpath(path), stat.st_size, stat.st_mtime_ns)
     if key not in _cache:
+        released = _release_version(Path(key[0]))
+        if released is not None:  # a JDK's `release` file: no JVM to start (~1 s)
+            _cache[key] = released
+            return released
         done = subprocess.run([path, "-version"], capture_output=True, text=True,
                               timeout=VERSION_TIMEOUT_S, check=False)
         output = done.stderr + done.stdout  # `java -version` prints to stderr
@@ -121,6 +125,21 @@ def java_version(path: str) -> tuple[str, int]:
         major = int(second) if leading == 1 and second is not None else leading  # 1.8 -> 8
         _cache[key] = (str(match["version"]), major)
     return _cache[key]
+
+
+def _release_version(java: Path) -> tuple[str, int] | None:
+    """``JAVA_VERSION`` from the ``release`` file of the JDK/JRE ``java`` belongs to, if any."""
+    try:
+        text = (java.parent.parent / "release").read_text()
+    except OSError:
+        return None
+    found = re.search(r'^JAVA_VERSION="(?P<version>(?P<first>\d+)(?:\.(?P<second>\d+))?[^"]*)"',
+                      text, re.MULTILINE)
+    if found is None:
+        return None
+    leading, second = int(found["first"]), found["second"]
+    major = int(second) if leading == 1 and second is not None else leading
+    return str(found["version"]), major
 
 
 def _error(found: str) -> JavaError:
