@@ -257,11 +257,39 @@ def test_committed_txids_and_older_ones_are_skipped_whole(config, name) -> None:
     sink = sink_for(config, name, value="n", merge="add")
     assert sink.committed() == (None, {})
     sink.commit_batch(5, rows(a=1), {"words": {0: 10, 1: 4}, "clicks": {2: 7}})
-    for txid in (5, 3, 0):
+    for txid in (3, 0):
         result = sink.commit_batch(txid, rows(a=1000, b=1), {"words": {0: 99}})
         assert (result.applied, result.written) == (False, 0)
     assert sink.read_all(name) == {f"{name}:a": 1}
     assert sink.committed() == (5, {"words": {0: 10, 1: 4}, "clicks": {2: 7}})
+
+
+def test_transactional_mode_skips_the_recorded_txid_whole(config, name) -> None:
+    sink = sink_for(config, name, value="n", merge="add", mode="transactional")
+    sink.commit_batch(5, rows(a=1), {"words": {0: 10}})
+    result = sink.commit_batch(5, rows(a=1000, b=1), {"words": {0: 99}})
+    assert (result.applied, result.written) == (False, 0)
+    assert sink.read_all(name) == {f"{name}:a": 1}
+    assert sink.committed() == (5, {"words": {0: 10}})
+
+
+@pytest.mark.parametrize("merge", ["add", lambda o, n: o + n], ids=["lua", "python"])
+def test_opaque_replay_of_the_recorded_txid_recomputes_from_prev(config, name, merge) -> None:
+    """Seed 002's prevCount story, batch-wide: the replay wins, keys it drops go back."""
+    sink = sink_for(config, name, value="n", merge=merge)
+    sink.commit_batch(4, rows(a=1, b=2), {"words": {0: 3}})
+    sink.commit_batch(5, rows(a=10, c=5), {"words": {0: 6}})
+    assert sink.read_all(name) == {f"{name}:a": 11, f"{name}:b": 2, f"{name}:c": 5}
+    # txid 5 replayed with a different batch (an opaque spout): a recomputed from its prev,
+    # c (written only by the first txid 5) removed, d added, b untouched
+    assert sink.commit_batch(5, rows(a=7, d=1), {"words": {0: 5}}).applied
+    assert sink.read_all(name) == {f"{name}:a": 8, f"{name}:b": 2, f"{name}:d": 1}
+    assert sink.committed() == (5, {"words": {0: 5}})
+    # the same replay again changes nothing; the next txid builds on the replay's values
+    sink.commit_batch(5, rows(a=7, d=1), {"words": {0: 5}})
+    sink.commit_batch(6, rows(a=1, c=1), {"words": {0: 7}})
+    assert sink.read_all(name) == {f"{name}:a": 9, f"{name}:b": 2, f"{name}:c": 1,
+                                   f"{name}:d": 1}
 
 
 def test_an_empty_batch_still_records_its_offsets(config, name) -> None:
@@ -339,7 +367,8 @@ def test_redis_down_during_a_commit_then_back_neither_loses_nor_doubles(tmp_path
         assert out["result"].applied
         assert sink.read_all("outage:") == {"outage:a": 11, "outage:b": 2, "outage:c": 3}
         assert sink.committed() == (2, {"words": {0: 4}})
-        assert not sink.commit_batch(2, rows(a=10, c=3), {"words": {0: 4}}).applied
+        sink.commit_batch(2, rows(a=10, c=3), {"words": {0: 4}})  # opaque: recomputed
+        assert sink.read_all("outage:") == {"outage:a": 11, "outage:b": 2, "outage:c": 3}
         sink.close()
 
 

@@ -1,4 +1,4 @@
-"""Exactly-once Redis sink (seed 002's transactional and opaque state, on Redis).
+r"""Exactly-once Redis sink (seed 002's transactional and opaque state, on Redis).
 
 Stored layout, as ``redis-cli`` shows it. Values sit where you asked for them, in
 plain Redis types; the exactly-once bookkeeping sits beside them under
@@ -16,6 +16,7 @@ plain Redis types; the exactly-once bookkeeping sits beside them under
 
     # the batch record, written in the same atomic step as the values
     HGETALL kstorm:wc:redis:offsets                   -> txid "8"  words/0 "1210"  words/1 "988"
+    SMEMBERS kstorm:wc:redis:lastkeys                 -> "\x00counts:storm" ... (opaque mode)
 
 * values: numbers are plain decimals (integers exact up to 2**53), anything else
   compact JSON with sorted keys (``value_codec="json"``), or verbatim strings
@@ -24,6 +25,9 @@ plain Redis types; the exactly-once bookkeeping sits beside them under
 * ``prev`` (opaque mode only): each value as it was before that txid (seed 002's
   ``prevCount``), so a replay of the txid recomputes from it. No entry when the
   txid wrote the value first.
+* ``lastkeys`` (opaque mode only): the keys the last txid wrote. A replay of that txid
+  (seed 002's opaque spouts may emit a different batch) is applied again from ``prev``,
+  and a key it no longer writes is put back as it was before the txid.
 * ``offsets``: ``txid`` = the last committed batch; ``<topic>/<partition>`` = the
   end offset (exclusive) that batch read up to.
 * ``stage:<txid>``: a batch of more than ``max_entries_per_call`` keys, uploaded in

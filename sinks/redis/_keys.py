@@ -8,6 +8,7 @@ prefix, per topology and sink (see the layout in ``sinks/redis/__init__.py``)::
     kstorm:<topology>:<sink>:prev             plain keys: key -> value before that txid
     kstorm:<topology>:<sink>:txid:<key>       hash <key>: field -> txid
     kstorm:<topology>:<sink>:prev:<key>       hash <key>: field -> value before that txid
+    kstorm:<topology>:<sink>:lastkeys         opaque mode: the keys the last txid wrote
     kstorm:<topology>:<sink>:stage:<txid>     a very large batch, uploaded before its commit
 """
 

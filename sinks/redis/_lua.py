@@ -67,9 +67,41 @@ local function bulk(cmd, head, items, per)
   return out
 end
 
--- Step 1: a batch at or below the recorded txid is already in Redis: skip it whole.
+
+-- Opaque mode: `<prefix>lastkeys` holds the keys the recorded txid wrote (`<hash key>\0<field>`,
+-- or `\0<key>` for a plain key). A replay of that txid (an opaque spout's batch may differ)
+-- first puts back the keys it no longer writes, as they were before the txid.
+local function revert_absent(prefix, txid, current)
+  for _, m in ipairs(redis.call('SMEMBERS', prefix .. 'lastkeys')) do
+    if not current[m] then
+      local sep = string.find(m, '\0', 1, true)
+      local name, id = string.sub(m, 1, sep - 1), string.sub(m, sep + 1)
+      local suffix = name == '' and '' or (':' .. name)
+      if redis.call('HGET', prefix .. 'txid' .. suffix, id) == txid then
+        local before = redis.call('HGET', prefix .. 'prev' .. suffix, id)
+        if before and name == '' then redis.call('SET', id, before)
+        elseif before then redis.call('HSET', name, id, before)
+        elseif name == '' then redis.call('DEL', id)
+        else redis.call('HDEL', name, id) end
+        redis.call('HDEL', prefix .. 'txid' .. suffix, id)
+        redis.call('HDEL', prefix .. 'prev' .. suffix, id)
+      end
+    end
+  end
+end
+
+local function record_written(prefix, members)
+  redis.call('DEL', prefix .. 'lastkeys')
+  for s = 1, #members, 1000 do
+    redis.call('SADD', prefix .. 'lastkeys', unpack(members, s, math.min(s + 999, #members)))
+  end
+end
+
+-- Step 1: a batch at or below the recorded txid is already in Redis: skip it whole (in
+-- opaque mode, a replay of the recorded txid is applied again, from the prev values).
 local recorded = redis.call('HGET', record, 'txid')
-if recorded and tonumber(recorded) >= tonumber(txid) then
+local again = recorded and tonumber(recorded) == tonumber(txid)
+if recorded and (tonumber(recorded) > tonumber(txid) or (again and not opaque)) then
   if stage then redis.call('DEL', stage) end
   return {0, 0, 0}
 end
@@ -105,6 +137,17 @@ while i <= #args do
   local k = #t.ids + 1
   t.ids[k], t.first[k], t.count[k] = field == '' and key or field, i + 3, count
   i = i + 3 + count
+end
+
+local members, current = {}, {}
+if opaque then
+  for _, t in ipairs(order) do
+    for _, id in ipairs(t.ids) do
+      local m = (t.plain and '' or t.key) .. '\0' .. id
+      members[#members + 1], current[m] = m, true
+    end
+  end
+  if again then revert_absent(prefix, txid, current) end
 end
 
 local written, skipped = 0, 0
@@ -177,6 +220,7 @@ for _, t in ipairs(order) do
 end
 
 -- Step 4: record the batch: its txid and the source end offsets it read up to.
+if opaque then record_written(prefix, members) end
 redis.call('HSET', record, 'txid', txid)
 for k = 5, 4 + 2 * n_offsets, 2 do redis.call('HSET', record, ARGV[k], ARGV[k + 1]) end
 if stage then redis.call('DEL', stage) end
@@ -203,14 +247,48 @@ return cjson.encode(out)
 """
 
 # ... and write what Python computed, if nothing changed since the read (compare and set).
-# KEYS: [record]. ARGV: prefix, txid, n_offsets, <"topic/partition", end> * n_offsets, then
-# one JSON array of <key, field, read value, read txid, read prev, new value (false: skip),
-# prev action ("keep" | "set" | "drop"), new prev> per entry (false where absent).
+# KEYS: [record]. ARGV: prefix, txid, n_offsets, <"topic/partition", end> * n_offsets, one
+# JSON array of <key, field, read value, read txid, read prev, new value (false: skip), prev
+# action ("keep" | "set" | "drop"), new prev> per entry (false where absent), then the mode.
 # Returns "committed" (txid already recorded), "changed" (retry) or "applied".
 WRITE_SCRIPT = r"""local record, prefix, txid = KEYS[1], ARGV[1], ARGV[2]
 local n_offsets = tonumber(ARGV[3])
+local opaque = ARGV[5 + 2 * n_offsets] == 'opaque'
+
+-- Opaque mode: `<prefix>lastkeys` holds the keys the recorded txid wrote (`<hash key>\0<field>`,
+-- or `\0<key>` for a plain key). A replay of that txid (an opaque spout's batch may differ)
+-- first puts back the keys it no longer writes, as they were before the txid.
+local function revert_absent(prefix, txid, current)
+  for _, m in ipairs(redis.call('SMEMBERS', prefix .. 'lastkeys')) do
+    if not current[m] then
+      local sep = string.find(m, '\0', 1, true)
+      local name, id = string.sub(m, 1, sep - 1), string.sub(m, sep + 1)
+      local suffix = name == '' and '' or (':' .. name)
+      if redis.call('HGET', prefix .. 'txid' .. suffix, id) == txid then
+        local before = redis.call('HGET', prefix .. 'prev' .. suffix, id)
+        if before and name == '' then redis.call('SET', id, before)
+        elseif before then redis.call('HSET', name, id, before)
+        elseif name == '' then redis.call('DEL', id)
+        else redis.call('HDEL', name, id) end
+        redis.call('HDEL', prefix .. 'txid' .. suffix, id)
+        redis.call('HDEL', prefix .. 'prev' .. suffix, id)
+      end
+    end
+  end
+end
+
+local function record_written(prefix, members)
+  redis.call('DEL', prefix .. 'lastkeys')
+  for s = 1, #members, 1000 do
+    redis.call('SADD', prefix .. 'lastkeys', unpack(members, s, math.min(s + 999, #members)))
+  end
+end
+
 local recorded = redis.call('HGET', record, 'txid')
-if recorded and tonumber(recorded) >= tonumber(txid) then return 'committed' end
+local again = recorded and tonumber(recorded) == tonumber(txid)
+if recorded and (tonumber(recorded) > tonumber(txid) or (again and not opaque)) then
+  return 'committed'
+end
 local e = cjson.decode(ARGV[4 + 2 * n_offsets])
 local function where(key, field)
   if field == '' then return '', key end
@@ -225,6 +303,15 @@ for i = 1, #e, 8 do
       or redis.call('HGET', prefix .. 'prev' .. suffix, id) ~= e[i + 4] then
     return 'changed'
   end
+end
+local members, current = {}, {}
+if opaque then
+  for i = 1, #e, 8 do
+    local m = (e[i + 1] == '' and '' or e[i]) .. '\0' .. (e[i + 1] == '' and e[i] or e[i + 1])
+    members[#members + 1], current[m] = m, true
+  end
+  if again then revert_absent(prefix, txid, current) end
+  record_written(prefix, members)
 end
 for i = 1, #e, 8 do
   local key, field, value, action, prev = e[i], e[i + 1], e[i + 5], e[i + 6], e[i + 7]

@@ -1,6 +1,7 @@
 """The atomic commit for a Python merge: an optimistic (compare-and-set) transaction.
 
-1. If the record's txid is at or above this batch's, stop: the batch is in Redis.
+1. If the record's txid is at or above this batch's, stop: the batch is in Redis (opaque
+   mode: unless it is this batch's, whose replay is applied again from the prev values).
 2. Read the values, txids and prevs of the batch's keys (one read-only script).
 3. Apply the update rules with the Python merge, on the driver. A failing merge
    stops here, before anything is written.
@@ -26,7 +27,7 @@ from ._batch import Entry
 from ._codec import ValueCodec, decode, encode
 from ._keys import TXID_FIELD, Namespace
 from ._lua import READ_SCRIPT, WRITE_SCRIPT
-from ._rules import ABSENT, Mode, Stored, update
+from ._rules import ABSENT, Mode, Stored, replays, update
 from .merge import PythonMerge
 
 if TYPE_CHECKING:
@@ -44,7 +45,7 @@ def commit_optimistic(client: redis.Redis, ns: Namespace, *, mode: Mode, txid: i
     for _attempt in range(MAX_ATTEMPTS):
         # Step 1
         recorded = client.hget(ns.record, TXID_FIELD)
-        if recorded is not None and int(recorded) >= txid:
+        if recorded is not None and not replays(mode, int(recorded), txid):
             return False, 0, 0
         # Step 2
         stored = json.loads(client.eval(READ_SCRIPT, 0, ns.prefix, *pairs)) if entries else []
@@ -53,7 +54,7 @@ def commit_optimistic(client: redis.Redis, ns: Namespace, *, mode: Mode, txid: i
         # Step 4
         payload = json.dumps(plan, separators=(",", ":"), ensure_ascii=False)
         outcome = client.eval(WRITE_SCRIPT, 1, ns.record, ns.prefix, str(txid),
-                              len(offsets) // 2, *offsets, payload)
+                              len(offsets) // 2, *offsets, payload, mode)
         if outcome == b"committed":
             return False, 0, 0
         if outcome == b"applied":

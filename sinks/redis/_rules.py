@@ -42,6 +42,20 @@ class Stored:
     prev: Any = ABSENT
 
 
+def replays(mode: Mode, recorded: int, txid: int) -> bool:
+    """Whether batch ``txid`` is applied when the sink's record says ``recorded``.
+
+    A batch after the record is new; one before it is in Redis already; the recorded txid
+    itself is applied again only in opaque mode (an opaque spout's replay may differ, and
+    the prev values let it be recomputed: seed 002's opaque rule, batch by batch).
+
+    Example:
+        >>> replays("transactional", 7, 7), replays("opaque", 7, 7), replays("opaque", 8, 7)
+        (False, True, False)
+    """
+    return txid > recorded or (txid == recorded and mode == "opaque")
+
+
 def fold(base: Any, news: Sequence[Any], merge: Callable[[Any, Any], Any]) -> Any:
     """``merge`` each new value into ``base`` in order; an absent base takes the first.
 

@@ -28,7 +28,7 @@ from ._keys import STATE_PREFIX, Namespace, check_name, offset_fields, parse_rec
 from ._lua import commit_script
 from ._optimistic import commit_optimistic
 from ._read import read_all
-from ._rules import MODES, Mode
+from ._rules import MODES, Mode, replays
 from .config import RedisConfig
 from .merge import LuaMerge, PythonMerge, resolve_merge
 
@@ -250,7 +250,7 @@ class RedisSink(BaseSink):
             keys, inline = [ns.record], chunks
             if len(chunks) > 1:
                 recorded = self.committed().txid
-                if recorded is not None and recorded >= txid:
+                if recorded is not None and not replays(self.mode, recorded, txid):
                     return CommitResult(txid, False, 0, 0)
                 keys, inline = [ns.record, ns.stage(txid)], []
                 _stage(client, ns.stage(txid), chunks)
