@@ -105,6 +105,12 @@ class KafkaSpout(BaseRichSpout):
         retry: at-least-once (``topology.guarantee``): when to re-emit a record whose tuple
             tree failed or timed out, and after how many retries it goes to the dead-letter
             topic (default: storm-kafka-client's backoff, unlimited retries).
+        opaque: seed 002's opaque partitioned transactional spout: a batch whose offset range
+            can no longer be read in full when it is replayed (retention deleted records,
+            the partition is gone) emits what is left instead of failing, with a warning
+            naming the range. Sinks in opaque mode then recompute that batch from their
+            stored previous values. Default: such a replay fails the batch
+            (``SourceError``), as a (non-opaque) transactional spout must.
 
     Example:
         >>> KafkaSpout(pattern="events-.*", group_id="app", starting_offsets="group",
@@ -128,6 +134,7 @@ class KafkaSpout(BaseRichSpout):
     metadata_refresh_secs: float = 10.0
     retry: RetryPolicy | None = None
     connection: KafkaConnection | None = None
+    opaque: bool = False
 
     source_kind: ClassVar[str] = "kafka"  # the runtime reads it with its own Spark source
 
@@ -168,7 +175,15 @@ class KafkaSpout(BaseRichSpout):
         if self.retry is not None and not isinstance(self.retry, RetryPolicy):
             msg = f"KafkaSpout retry: expected a kstorm.acking.RetryPolicy, got {self.retry!r}"
             raise ConfigError(msg)
+        if not isinstance(self.opaque, bool):
+            msg = f"KafkaSpout opaque: expected True or False, got {self.opaque!r}"
+            raise ConfigError(msg)
         self.output_fields()  # fail early on a field-name collision
+
+    @property
+    def transactional_kind(self) -> str:
+        """As a transactional spout (seed 002): ``"opaque"`` or ``"partitioned"``."""
+        return "opaque" if self.opaque else "partitioned"
 
     def __repr__(self) -> str:
         where = f"pattern={self.pattern!r}" if self.pattern else f"{list(self.topics or ())!r}"

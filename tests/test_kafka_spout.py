@@ -234,3 +234,61 @@ def test_transient_client_errors_are_retried_not_fatal(caplog):
 
     _check_errors([Blip(0, None)], OffsetRange("t", 0, 0, 10), position=3)
     assert "retrying" in caplog.text
+
+
+class _GoneConsumer:
+    """A consumer whose partition lost offsets [0, low) to retention (or the whole partition)."""
+
+    def __init__(self, low: int, end: int, partition_gone: bool = False) -> None:
+        self.low, self.end, self.partition_gone = low, end, partition_gone
+        self.at: int | None = None
+
+    def consume(self, n: int, timeout: float) -> list:
+        from confluent_kafka import KafkaError
+
+        class Gone(FakeMessage):
+            def error(self):
+                return KafkaError(KafkaError.OFFSET_OUT_OF_RANGE)
+
+        if self.at is None:
+            return [Gone(0, None)]
+        got = [FakeMessage(o, b"v") for o in range(self.at, min(self.at + n, self.end))]
+        self.at += len(got)
+        return got
+
+    def get_watermark_offsets(self, tp: object, timeout: float) -> tuple[int, int]:
+        if self.partition_gone:
+            raise RuntimeError("Unknown partition")
+        return self.low, self.end
+
+    def assign(self, parts: list) -> None:
+        self.at = parts[0].offset
+
+
+def test_an_opaque_spout_replays_what_is_left_of_a_deleted_range(caplog):
+    from kstorm._kafka.fetch import _consume
+    from kstorm._kafka.offsets import OffsetRange
+
+    spout = KafkaSpout("t", bootstrap_servers="b:9092", opaque=True)
+    got = [m.offset() for batch in _consume(_GoneConsumer(4, 10), spout,
+                                            OffsetRange("t", 0, 0, 10), lambda: 0.0)
+           for m in batch]
+    assert got == [4, 5, 6, 7, 8, 9]
+    assert "offsets [0, 4) were deleted" in caplog.text
+    assert spout.transactional_kind == "opaque"
+    gone = _consume(_GoneConsumer(0, 10, partition_gone=True), spout,
+                    OffsetRange("t", 0, 0, 10), lambda: 0.0)
+    assert list(gone) == []
+
+
+def test_a_partitioned_spout_fails_a_replay_of_a_deleted_range():
+    from kstorm._kafka.fetch import _consume
+    from kstorm._kafka.offsets import OffsetRange
+    from kstorm.errors import SourceError
+
+    spout = KafkaSpout("t", bootstrap_servers="b:9092")
+    assert spout.transactional_kind == "partitioned"
+    with pytest.raises(SourceError, match="retention deleted records"):
+        list(_consume(_GoneConsumer(4, 10), spout, OffsetRange("t", 0, 0, 10), lambda: 0.0))
+    with pytest.raises(ConfigError, match="opaque"):
+        KafkaSpout("t", opaque="yes")

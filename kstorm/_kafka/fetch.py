@@ -45,7 +45,8 @@ def read_range(
     Every batch but the last has ``chunk_rows`` rows, so the batches of a range are the same
     on every read. Raises :class:`SourceError` naming the range if it cannot be read fully:
     records deleted by retention, an unknown partition, or no progress for
-    ``spout.read_timeout`` seconds.
+    ``spout.read_timeout`` seconds. An opaque spout (``KafkaSpout(opaque=True)``) yields
+    what is left of a range whose records were deleted or whose partition is gone.
     """
     if task.size <= 0:
         return
@@ -74,8 +75,13 @@ def _consume(
         wanted = min(task.end - position, CHUNK_ROWS)
         got = consumer.consume(wanted, spout.poll_timeout)
         records = [m for m in got if m.error() is None]
-        if len(records) != len(got):
-            _check_errors(got, task, position)
+        if len(records) != len(got) and _check_errors(got, task, position,
+                                                      opaque=spout.opaque):
+            resumed = _skip_deleted(consumer, task, position)
+            if resumed is None:
+                return
+            position, progress_at = resumed, clock()
+            continue
         if records:
             first, last = _offset(records[0]), _offset(records[-1])
             if first < task.start or last >= task.end:  # trim to the range (rare)
@@ -112,13 +118,44 @@ _FATAL = (
 )
 
 
-def _check_errors(messages: Sequence[Message], task: OffsetRange, position: int) -> None:
-    """Raise on errors that waiting cannot cure; log the rest (the client retries them)."""
+def _skip_deleted(consumer: Consumer, task: OffsetRange, position: int) -> int | None:
+    """An opaque spout's replay: go on at the partition's first record, None if nothing is left.
+
+    Records the range needs were deleted (or the partition is gone): the batch emits what
+    is still there, and says which offsets it could not read.
+    """
+    where = f"{task.topic}[{task.partition}] offsets [{task.start}, {task.end})"
+    try:
+        low, _high = consumer.get_watermark_offsets(
+            KafkaTopicPartition(task.topic, task.partition), timeout=10.0)
+    except Exception as exc:  # noqa: BLE001 - the partition is gone: nothing left to emit
+        log.warning("opaque kafka spout: %s cannot be read from offset %s (%s); the batch "
+                    "emits what it read", where, position, exc)
+        return None
+    if low >= task.end or low < 0:
+        log.warning("opaque kafka spout: %s: offsets [%s, %s) were deleted; the batch emits "
+                    "what it read", where, position, task.end)
+        return None
+    log.warning("opaque kafka spout: %s: offsets [%s, %s) were deleted; the batch goes on at "
+                "%s", where, position, low, low)
+    consumer.assign([KafkaTopicPartition(task.topic, task.partition, low)])
+    return low
+
+
+def _check_errors(messages: Sequence[Message], task: OffsetRange, position: int, *,
+                  opaque: bool = False) -> bool:
+    """Raise on errors that waiting cannot cure; log the rest (the client retries them).
+
+    ``opaque`` (an opaque spout): records the range needs are gone -- deleted by retention,
+    or the partition no longer exists; returns True instead of raising.
+    """
     where = f"{task.topic}[{task.partition}] offsets [{task.start}, {task.end})"
     for message in messages:
         error = message.error()
         if error is None or error.code() == KafkaError._PARTITION_EOF:
             continue
+        if opaque and (error.code() in _GONE or error.code() in _FATAL[:3]):
+            return True
         if error.code() in _GONE:
             msg = (
                 f"kafka spout: {where} cannot be read: offset {position} is out of range "
@@ -129,6 +166,7 @@ def _check_errors(messages: Sequence[Message], task: OffsetRange, position: int)
             msg = f"kafka spout: reading {where} failed at offset {position}: {error}"
             raise SourceError(msg)
         log.warning("kafka spout: reading %s at offset %s: %s (retrying)", where, position, error)
+    return False
 
 
 def to_record_batch(
