@@ -133,7 +133,18 @@ def failure(name: str, exc: BaseException, own: BaseException | None = None) -> 
 
 
 def _last_exception_line(text: str) -> str:
-    """``Name: message`` of the last exception in a Python traceback inside Spark's text."""
+    r"""``Name: message`` of the last exception in a Python traceback inside Spark's text.
+
+    When Spark's own Python runner failed while handling the user's exception, the user's
+    (the one before "During handling of the above exception") is the cause that matters.
+
+    Example:
+        >>> _last_exception_line("ModuleNotFoundError: No module named 'x'\n\nDuring "
+        ...     "handling of the above exception, another exception occurred:\n"
+        ...     "UnboundLocalError: cannot access local variable 'reader'")
+        "ModuleNotFoundError: No module named 'x'"
+    """
+    text = text.split("During handling of the above exception", 1)[0]
     raised = re.findall(r"^(\w+(?:Error|Exception|Exit|Interrupt)): (.+)$", text, re.MULTILINE)
     if raised:
         kind, message = raised[-1]
