@@ -55,3 +55,27 @@ def test_page_views_counts_views_and_distinct_users_per_closed_window(
     stored = handle.sinks["store"].read_all("page-views:")
     assert stored == expected
     assert len(expected) == 6  # 3 pages x the 2 windows closed by the watermark
+
+
+def test_transactional_global_count_example_counts_every_tuple_once(
+        spark: Any, redis_server: Any, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from examples import transactional_global_count as example
+
+    monkeypatch.setenv("REDIS_URL", redis_server.url)
+    assert example.main() == 0
+    out = capsys.readouterr().out
+    assert "global-count:total = 19 (expected 19)" in out
+    assert [line.split(":")[0] for line in out.splitlines() if line.startswith("txid")] == \
+        ["txid 0", "txid 1", "txid 2"]
+
+
+def test_transactional_word_count_example_updates_both_stores_exactly(
+        spark: Any, kafka: Any, redis_server: Any, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from examples import transactional_word_count as example
+
+    monkeypatch.setenv("REDIS_URL", redis_server.url)
+    monkeypatch.setenv("KSTORM_BOOTSTRAP_SERVERS", kafka.bootstrap_servers)
+    assert example.main() == 0
+    assert "per word exact, per length exact" in capsys.readouterr().out

@@ -41,11 +41,25 @@ from kstorm.sink import BaseSink, CommitRecord, SinkBatch, SinkContext
 from kstorm.spout import BaseRichSpout, SpoutOutputCollector
 from kstorm.state import InMemoryKeyValueState, KeyValueState
 from kstorm.topology import BoltDeclarer, StormTopology, TopologyBuilder
+from kstorm.transactional import (
+    BaseBatchBolt,
+    BaseTransactionalBolt,
+    ICommitter,
+    MemoryTransactionalSpout,
+    TransactionalTopologyBuilder,
+    TransactionAttempt,
+)
 from kstorm.tuple import Fields, Tuple, Values
 from kstorm.windowing.bolt import BaseStatefulWindowedBolt, BaseWindowedBolt
 
 __all__ = [
     "BadInputPolicy",
+    "BaseBatchBolt",
+    "BaseTransactionalBolt",
+    "ICommitter",
+    "MemoryTransactionalSpout",
+    "TransactionAttempt",
+    "TransactionalTopologyBuilder",
     "BaseBasicBolt",
     "BaseRichBolt",
     "BaseRichSpout",

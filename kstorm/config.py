@@ -114,6 +114,12 @@ class TopologyConfig(BaseModel):
     dead_letter_topic: str | None = Field(None, alias="kstorm.dead.letter.topic")
     bad_input_policy: BadInputPolicy = Field(BadInputPolicy.DEAD_LETTER,
                                              alias="kstorm.bad.input.policy")
+    dead_letter_max_bytes: int = Field(900_000, ge=1024, alias="kstorm.dead.letter.max.bytes")
+    # failing a transaction (seed 002): re-run the batch in place, then the policy
+    transaction_max_attempts: int = Field(5, ge=1, alias="kstorm.transaction.max.attempts")
+    transaction_backoff_ms: int = Field(200, ge=0, alias="kstorm.transaction.backoff.ms")
+    transaction_failure_policy: Literal["fail", "dead-letter"] = Field(
+        "fail", alias="kstorm.transaction.failure.policy")
     # testing: every emitted tuple reaches the driver (kstorm.testing.run_to_completion)
     capture_emitted: bool = Field(False, alias="kstorm.capture.emitted")
     # free-form spouts (next_tuple): when a batch of their emits ends

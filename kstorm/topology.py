@@ -46,6 +46,13 @@ class StormTopology:
 
     components: Mapping[str, ComponentSpec]
     order: tuple[str, ...]
+    committers: frozenset[str] = frozenset()  # bolts whose finish_batch is in the commit phase
+    transactional_id: str | None = None  # a transactional topology's id (seed 002)
+
+    def is_committer(self, component: str) -> bool:
+        """Whether ``component`` commits (``set_committer_bolt`` or an ``ICommitter``)."""
+        return component in self.committers or bool(
+            getattr(self.components[component].component, "is_committer", False))
 
     def spouts(self) -> list[ComponentSpec]:
         """The spout specs."""
@@ -135,6 +142,8 @@ class TopologyBuilder:
         self._components: dict[str, tuple[Component, int, bool]] = {}
         self._inputs: dict[str, list[Grouping]] = {}
         self._conf: dict[str, dict[str, Any]] = {}
+        self._committers: set[str] = set()
+        self._transactional_id: str | None = None
 
     def set_spout(self, component_id: str, spout: Component,
                   parallelism: int = 1) -> SpoutDeclarer:
@@ -209,7 +218,8 @@ class TopologyBuilder:
             )
             for cid, (comp, par, is_spout) in self._components.items()
         }
-        return StormTopology(MappingProxyType(specs), order)
+        return StormTopology(MappingProxyType(specs), order, frozenset(self._committers),
+                             self._transactional_id)
 
 
 def _is_spout_like(comp: Component) -> bool:

@@ -120,10 +120,18 @@ def test_error_policy_fail_raises_a_bolt_error_naming_the_bolt():
     assert isinstance(info.value.__cause__, ValueError)
 
 
-def test_failed_exception_fails_the_tuple():
-    _, _, ex = build()
+def test_failed_exception_fails_the_tuple_at_most_once():
+    _, _, ex = build(**{"topology.guarantee": "at-most-once"})
     list(ex.process(lines("nope")))
     assert ex.counters["split.failed"] == 1 and ex.counters["split.acked"] == 0
+
+
+def test_exactly_once_a_failed_tuple_fails_its_batch():
+    from kstorm.errors import FailedException
+
+    _, _, ex = build()
+    with pytest.raises(FailedException, match="bolt 'split' failed a tuple of batch 7"):
+        list(ex.process(lines("nope")))
 
 
 def test_undeclared_stream_and_wrong_arity_are_clear_errors():

@@ -11,6 +11,8 @@ what the driver and the sources need to replay a batch exactly, next to them::
         acking/<b>.trackers.pkl       at least once: the spouts' trackers after batch b
         acking/<spout>.book.json      ... and the book the spout's source plans with
         spouts/<spout>/<seq>          a free-form spout's logged batches (spout_log.py)
+        txmeta/<spout>.json           a transactional spout's partition metadata after its
+                                      last committed batch (what replays really emitted)
 
 Every file is written atomically (:meth:`CheckpointLayout.write`: a temporary file, fsync,
 rename, fsync of the directory), so a reader sees a whole file or the previous one. Files
@@ -68,6 +70,10 @@ class CheckpointLayout:
     def book_path(self, spout: str) -> Path:
         """The book tracked spout ``spout``'s source plans its next batch with."""
         return self.acking_dir / f"{spout}.book.json"
+
+    def txmeta_path(self, spout: str) -> Path:
+        """A transactional spout's partition metadata after its last committed batch."""
+        return self.root / "txmeta" / f"{spout}.json"
 
     def spout_log_dir(self, spout: str) -> Path:
         """A free-form spout's batch log."""

@@ -57,6 +57,7 @@ CAPTURE = "__capture"               # every emitted tuple (kstorm.capture.emitte
 DEAD_LETTER = DEAD_LETTER_STREAM    # a dead-letter record (DEAD_LETTER_FIELDS, pickled)
 WINDOW_PREFIX = "__window:"         # + aggregate id: a task's window partials
 STATE_PREFIX = "__wstate:"          # + windowed bolt id: a task's snapshot for the sinks
+TXMETA_PREFIX = "__txmeta:"         # + transactional spout id: a partition's replayed meta
 
 DEAD_LETTER_FIELDS = Fields("component", "stream", "error_type", "message", "values",
                             "topic", "partition", "offset", "raw")
@@ -65,6 +66,11 @@ DEAD_LETTER_FIELDS = Fields("component", "stream", "error_type", "message", "val
 def window_dest(component: str) -> str:
     """Destination of windowed aggregate ``component``'s partials (the driver)."""
     return WINDOW_PREFIX + component
+
+
+def txmeta_dest(spout: str) -> str:
+    """Destination of a transactional spout's replayed partition metadata (the driver)."""
+    return TXMETA_PREFIX + spout
 
 
 def state_dest(component: str) -> str:

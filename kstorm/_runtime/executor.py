@@ -31,7 +31,7 @@ from kstorm._runtime.envelope import (
     pack,
     unpacked,
 )
-from kstorm._runtime.plan import DRIVER, AckingPlan, Plan
+from kstorm._runtime.plan import COMMIT, DRIVER, AckingPlan, Plan, is_batch_bolt
 from kstorm.acking.anchoring import AnchorTracker, TrackedTuple
 from kstorm.acking.ids import TupleIdGenerator, root_id_for
 from kstorm.acking.messages import MessageId
@@ -45,11 +45,12 @@ from kstorm.bolt import (
     run_basic,
 )
 from kstorm.component import TopologyContext
-from kstorm.config import BoltErrorPolicy, TopologyConfig
+from kstorm.config import BoltErrorPolicy, Guarantee, TopologyConfig
 from kstorm.errors import BoltError, FailedException, TopologyError
 from kstorm.grouping import GroupingKind, stable_hash, stable_hash_one, task_for
 from kstorm.state import KeyValueState
 from kstorm.topology import StormTopology
+from kstorm.transactional.bolt import BatchOutputCollector
 from kstorm.tuple import Fields, Tuple
 
 ROW_TUPLES = 16_384      # a stage sends its queued tuples once it holds this many...
@@ -77,6 +78,7 @@ class _Route(NamedTuple):
     positions: list[int] | None  # grouping fields' positions (fields grouping only)
     to_driver: bool = False  # a sink: processed in the batch's commit phase, never anchored
     one: int = -1         # fields grouping on one field: its position (a faster hash)
+    spread: bool = False  # a shuffle to a batch bolt in another stage: round robin over tasks
 
 
 class _EmitPlan(NamedTuple):
@@ -102,7 +104,7 @@ class StageExecutor:
                  topology_name: str, conf: dict[str, Any], batch_id: int, partition: int,
                  settings: TopologyConfig | None = None,
                  state_for: Callable[[str, int], KeyValueState] | None = None,
-                 acking: AckingPlan | None = None) -> None:
+                 acking: AckingPlan | None = None, attempt: Any = None) -> None:
         """One stage's executor for one task of one batch.
 
         Args:
@@ -116,17 +118,23 @@ class StageExecutor:
             settings: the validated configuration (default: validated from ``conf``).
             state_for: ``(component, task) -> KeyValueState`` for stateful bolts.
             acking: at least once, what anchoring and the acker messages need.
+            attempt: the batch's :class:`TransactionAttempt` (batch bolts' ``prepare`` gets
+                it; default: the batch id).
         """
         self.topology = topology
         self.plan = plan
-        self.stage = plan.stages[stage_index]
+        self.stage = (plan.commit_stage if stage_index == COMMIT  # type: ignore[assignment]
+                      else plan.stages[stage_index])
         self.topology_name = topology_name
         self.conf = conf
         self.settings = settings if settings is not None else TopologyConfig.from_conf(conf)
         self.batch_id = batch_id
         self.partition = partition
         self._state_for = state_for
+        self.attempt = attempt if attempt is not None else batch_id
         self._fail_on_error = self.settings.bolt_error_policy is BoltErrorPolicy.FAIL
+        # exactly once, a failed tuple fails its batch (it is re-run; seed 002)
+        self._fail_fails_batch = self.settings.guarantee is Guarantee.EXACTLY_ONCE
         self._capture = self.settings.captures
         self._tasks: dict[tuple[str, int], _Task] = {}
         self._out: list[Outgoing] = []   # rows that are not tuples for a bolt/sink
@@ -134,6 +142,7 @@ class StageExecutor:
         self._queued = 0        # tuples in _groups
         self._queued_bytes = 0  # bytes of the values pickled at emit in _groups
         self._plans: dict[str, dict[str, _EmitPlan]] = {}  # component -> stream -> plan
+        self._spread: dict[str, int] = {}  # batch bolt consumer -> tuples sent round robin
         self._order: list[tuple[str, int, str, str]] | None = None  # per-tuple view: emits
         # a defaultdict: Counter's item access is ~2x slower, three times per tuple
         self.counters: defaultdict[str, int] = defaultdict(int)
@@ -158,16 +167,21 @@ class StageExecutor:
         for stream, fields in streams.items():
             for consumer, grouping in self.topology.consumers(component, stream):
                 where = self.plan.stage_of[consumer]
-                if where != DRIVER and self.plan.stages[where].raw_spout == component:
+                if where >= 0 and self.plan.stages[where].raw_spout == component:
                     continue  # that stage reads this spout's raw rows itself
                 positions = ([fields.index(f) for f in grouping.fields]
                              if grouping.fields is not None else None)
                 one = (positions[0] if grouping.kind is GroupingKind.FIELDS
                        and positions is not None and len(positions) == 1 else -1)
+                fused = where == self.stage.index
+                spread = (not fused and positions is None
+                          and grouping.kind in (GroupingKind.SHUFFLE, GroupingKind.NONE,
+                                                GroupingKind.LOCAL_OR_SHUFFLE)
+                          and is_batch_bolt(self.topology.components[consumer].component))
                 routes.setdefault(stream, []).append(_Route(
-                    consumer, grouping, where == self.stage.index,
+                    consumer, grouping, fused,
                     self.topology.components[consumer].parallelism, positions,
-                    where == DRIVER, one))
+                    not fused and where in (DRIVER, COMMIT), one, spread))
         return routes
 
     def _emit_plan(self, component: str, stream: str) -> _EmitPlan:
@@ -248,11 +262,14 @@ class StageExecutor:
                 for t in self._targets(route, values, task):
                     self._add(route.consumer, t, component, stream, entry, meta)
 
-    @staticmethod
-    def _targets(route: _Route, values: list[Any], partition: int) -> list[int]:
+    def _targets(self, route: _Route, values: list[Any], partition: int) -> list[int]:
         """The consumer's tasks for one tuple (``partition``: where a shuffle keeps it)."""
         if route.one >= 0:
             return [stable_hash_one(values[route.one]) % route.parallelism]
+        if route.spread:  # round robin, from this partition's own start: replays agree
+            sent = self._spread.get(route.consumer, self.partition)
+            self._spread[route.consumer] = sent + 1
+            return [sent % route.parallelism]
         h = (stable_hash([values[i] for i in route.positions])
              if route.positions is not None else None)
         return task_for(route.grouping, route.parallelism, h, partition)
@@ -341,12 +358,18 @@ class StageExecutor:
         collector_type = _windowed_collector() if windowed else OutputCollector
         if self._acking is None:
             counters, acked, failed = self.counters, f"{component}.acked", f"{component}.failed"
+            fails_batch = self._fail_fails_batch
 
             def on_ack(t: Tuple) -> None:
                 counters[acked] += 1
 
             def on_fail(t: Tuple) -> None:
                 counters[failed] += 1
+                if fails_batch:
+                    msg = (f"bolt {component!r} failed a tuple of batch {self.batch_id}: "
+                           f"{t.values!r} (exactly once, a failed tuple fails its batch, "
+                           "which is re-run)")
+                    raise FailedException(msg)
         else:
             def on_ack(t: Tuple) -> None:
                 self._acked(component, t)
@@ -356,7 +379,9 @@ class StageExecutor:
         collector = collector_type(partial(self._emit, component, task), on_ack, on_fail)
         conf = {**self.conf, **spec.conf}
         basic = None
-        if isinstance(bolt, BaseBasicBolt):
+        if is_batch_bolt(bolt):
+            bolt.prepare(conf, context, BatchOutputCollector(collector._emit), self.attempt)
+        elif isinstance(bolt, BaseBasicBolt):
             basic = BasicOutputCollector(collector)
             bolt.prepare(conf, context)
         elif isinstance(bolt, BaseRichBolt) or windowed:
@@ -498,6 +523,27 @@ class StageExecutor:
                 yield from self._drain()
         yield from self._drain()
 
+    def deliver_rows(self, tuples: Iterable[tuple[str, int, Tuple]]
+                     ) -> Iterator[Outgoing | Packed]:
+        """Execute ``(component, task, tuple)`` triples; yields envelope rows.
+
+        The commit stage's input: several of its bolts get tuples from the processing phase.
+        """
+        deliver = self._deliver
+        for component, task, tup in tuples:
+            tup._ids = None  # the commit phase tracks nothing: the batch is the unit
+            deliver(component, task, tup)
+        yield from self._drain()
+
+    def start_tasks(self, components: Iterable[str]) -> None:
+        """Create (and prepare) every task of ``components`` now.
+
+        A committer finishes every batch, with or without tuples.
+        """
+        for component in components:
+            for task in range(self.topology.components[component].parallelism):
+                self._tasks.get((component, task)) or self._task(component, task)
+
     def finish_rows(self) -> Iterator[Outgoing | Packed]:
         """End of this partition's batch: ``finish_batch``, then ``cleanup``; upstream first."""
         for component in self.stage.bolts:
@@ -511,9 +557,15 @@ class StageExecutor:
                     t.bolt.finish_batch()
                 yield from self._drain()
         for t in self._tasks.values():
-            t.bolt.cleanup()
+            cleanup = getattr(t.bolt, "cleanup", None)
+            if cleanup is not None:
+                cleanup()
         if self._acking is not None:
             self._out.extend(self._acker_rows())
+        yield from self._drain()
+
+    def pending_rows(self) -> Iterator[Outgoing | Packed]:
+        """What is waiting to leave (dead letters...) without finishing any bolt."""
         yield from self._drain()
 
     def _drain(self) -> Iterator[Outgoing | Packed]:

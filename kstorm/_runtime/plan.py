@@ -34,6 +34,7 @@ from kstorm.topology import StormTopology
 
 ENVELOPE_FIELDS = ("__dest", "__task", "__src", "__stream", "__vals", "__meta")
 DRIVER = -1  # ``__dest`` of tuples delivered to the driver (sinks and captures)
+COMMIT = -2  # committers and the bolts downstream of them: the commit phase, on the driver
 
 
 class PartitionKind(enum.Enum):
@@ -67,7 +68,8 @@ class Stage:
     raw_spout: str | None = None       # input is the raw rows of this spout
     native_window: bool = False        # a built-in windowed aggregate (Arrow, commit phase)
     windowed: bool = False             # a user windowed bolt: TWS keeps its windows per task
-    envelope_source: bool = False      # a free-form spout's stage: emits envelope rows
+    envelope_source: bool = False      # a free-form or transactional spout: envelope rows
+    batch: bool = False                # a batch bolt (seed 002): one task is one partition
 
     @property
     def keyed(self) -> bool:
@@ -87,10 +89,18 @@ class Plan:
     stages: list[Stage]
     stage_of: dict[str, int]
     sinks: list[str] = field(default_factory=list)  # components run on the driver at commit
+    commit_stage: Stage | None = None  # committers and what they feed (index COMMIT)
 
     def stage(self, component: str) -> Stage:
         """The stage a component runs in."""
-        return self.stages[self.stage_of[component]]
+        where = self.stage_of[component]
+        if where == COMMIT and self.commit_stage is not None:
+            return self.commit_stage
+        return self.stages[where]
+
+    def on_driver(self, component: str) -> bool:
+        """Whether ``component`` runs on the driver in the commit phase (sink or committer)."""
+        return self.stage_of[component] in (DRIVER, COMMIT)
 
     def consumers_of_stage(self, index: int) -> list[int]:
         """Stages reading ``index``'s output."""
@@ -132,7 +142,7 @@ def acking_plan(topology: StormTopology, plan: Plan, *, n_ackers: int,
         if source_kind(spout) != "kafka":
             continue
         readers = [c for c, _ in topology.consumers(spec.id)
-                   if plan.stage_of[c] != DRIVER and not plan.stage(c).native_window]
+                   if not plan.on_driver(c) and not plan.stage(c).native_window]
         if not readers:
             continue
         tasks[spec.id] = index
@@ -148,15 +158,22 @@ def compile_plan(topology: StormTopology) -> Plan:
     stages: list[Stage] = []
     stage_of: dict[str, int] = {}
     sinks: list[str] = []
+    committed: list[str] = []  # the commit stage's bolts, upstream first
     for spec in topology.spouts():
         stage = Stage(index=len(stages), head=spec.id, raw_spout=spec.id,
-                      envelope_source=runs_next_tuple(spec.component))
+                      envelope_source=emits_envelopes(spec.component))
         stages.append(stage)
         stage_of[spec.id] = stage.index
     for spec in topology.bolts():
         if getattr(spec.component, "is_sink", False):
             sinks.append(spec.id)
             stage_of[spec.id] = DRIVER
+            continue
+        if topology.is_committer(spec.id) or any(
+                stage_of[g.component] == COMMIT for g in spec.inputs):
+            _check_commit_bolt(spec.id, spec.component)
+            committed.append(spec.id)
+            stage_of[spec.id] = COMMIT
             continue
         fuse_into = _fusable_stage(spec.inputs, spec.component, stage_of, stages)
         if fuse_into is not None:
@@ -180,15 +197,29 @@ def compile_plan(topology: StormTopology) -> Plan:
             head=spec.id,
             bolts=[spec.id],
             inputs=inputs,
-            partitioning=_partitioning(spec.inputs, spec.parallelism),
+            partitioning=_partitioning(spec.inputs, spec.parallelism,
+                                       batch=is_batch_bolt(spec.component)),
             stateful=isinstance(spec.component, BaseStatefulBolt),
             raw_spout=raw,
             native_window=native,
             windowed=is_windowed_bolt(spec.component),
+            batch=is_batch_bolt(spec.component),
         )
         stages.append(stage)
         stage_of[spec.id] = stage.index
-    return Plan(stages, stage_of, sinks)
+    commit_stage = (Stage(index=COMMIT, head=committed[0], bolts=committed)
+                    if committed else None)
+    return Plan(stages, stage_of, sinks, commit_stage)
+
+
+def _check_commit_bolt(cid: str, component: object) -> None:
+    """Only plain bolts run in the commit phase: no Spark state store there."""
+    if isinstance(component, BaseStatefulBolt) or is_windowed_bolt(component) or getattr(
+            component, "is_native_window", False):
+        msg = (f"bolt {cid!r} runs in the commit phase (it is a committer or downstream of "
+               "one), where stateful and windowed bolts cannot run: move it before the "
+               "committer")
+        raise TopologyError(msg)
 
 
 def _check_native_window(cid: str, inputs: list[tuple[Grouping, int]], raw: str | None,
@@ -227,12 +258,17 @@ def _fusable_stage(inputs: tuple[Grouping, ...], component: object, stage_of: di
     if len(inputs) != 1 or inputs[0].kind.repartitions:
         return None
     if (isinstance(component, BaseStatefulBolt) or getattr(component, "is_native_window", False)
-            or is_windowed_bolt(component)):
-        return None
+            or is_windowed_bolt(component) or is_batch_bolt(component)):
+        return None  # (a batch bolt's task must see its whole batch: an exchange on __task)
     upstream = stage_of[inputs[0].component]
-    if upstream == DRIVER or stages[upstream].is_source:
+    if upstream < 0 or stages[upstream].is_source:
         return None  # the first bolt after a spout opens its own stage over the raw rows
     return upstream
+
+
+def is_batch_bolt(component: object) -> bool:
+    """Whether ``component`` is a batch bolt (``BaseBatchBolt``, seed 002)."""
+    return bool(getattr(component, "is_batch_bolt", False))
 
 
 def is_windowed_bolt(component: object) -> bool:
@@ -256,6 +292,15 @@ def runs_next_tuple(spout: object) -> bool:
     return source_kind(spout) == "next_tuple"
 
 
+def emits_envelopes(spout: object) -> bool:
+    """Whether a spout's source yields its tuples as envelope rows (any stream, any values).
+
+    Free-form (``next_tuple``) and transactional spouts do; Kafka and list spouts give
+    typed columns their first bolts read directly.
+    """
+    return source_kind(spout) in ("next_tuple", "transactional")
+
+
 def _raw_spout_input(inputs: list[tuple[Grouping, int]], stages: list[Stage]) -> str | None:
     if len(inputs) == 1 and stages[inputs[0][1]].is_source:
         source = stages[inputs[0][1]]
@@ -263,13 +308,15 @@ def _raw_spout_input(inputs: list[tuple[Grouping, int]], stages: list[Stage]) ->
     return None
 
 
-def _partitioning(inputs: tuple[Grouping, ...], parallelism: int) -> Partitioning:
+def _partitioning(inputs: tuple[Grouping, ...], parallelism: int, *,
+                  batch: bool = False) -> Partitioning:
     kinds = {g.kind for g in inputs}
     if GroupingKind.ALL in kinds:
         return Partitioning(PartitionKind.BROADCAST, parallelism)
     if GroupingKind.GLOBAL in kinds and len(kinds) == 1:
         return Partitioning(PartitionKind.SINGLE, 1)
     fields = tuple(f for g in inputs if g.fields is not None for f in g.fields)
-    if GroupingKind.FIELDS in kinds or GroupingKind.GLOBAL in kinds:
+    if GroupingKind.FIELDS in kinds or GroupingKind.GLOBAL in kinds or batch:
+        # (a batch bolt's shuffle: tuples carry their task, each task's rows in one partition)
         return Partitioning(PartitionKind.HASH, parallelism, fields)
     return Partitioning(PartitionKind.KEEP, parallelism)

@@ -29,6 +29,12 @@ class Progress:
         with self._lock:
             self.counters.update({k: v for k, v in counters.items() if k != "stage"})
 
+    def increment(self, counters: dict[str, int]) -> None:
+        """Add to counters the driver keeps itself (``component.metric`` -> n)."""
+        with self._lock:
+            for key, n in counters.items():
+                self.counters[key] = self.counters.get(key, 0) + n
+
     def set_gauges(self, gauges: dict[str, int]) -> None:
         """Set current values (``component.metric`` -> n), e.g. pending acker entries."""
         with self._lock:

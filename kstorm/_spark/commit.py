@@ -1,36 +1,48 @@
 """The commit phase: what runs on the driver for each batch, in batch order (``foreachBatch``).
 
-For batch ``batch_id`` (txid = the checkpoint's txid base + ``batch_id``):
+A batch is a transaction (seed 002): its txid is the checkpoint's txid base + ``batch_id``.
+:meth:`CommitPhase.__call__` runs it as attempt 0, 1, ... (a new attempt id each time, the
+same txid and content): the attempt's processing phase is the Spark job that computes the
+batch's rows for the driver (``frame.toArrow()``), then :meth:`CommitPhase.commit`. A
+failed attempt is retried in place, then the failure policy applies
+(``kstorm/_runtime/transaction.py``). :meth:`CommitPhase.commit`, for one attempt:
 
-1. Collect the batch's rows addressed to the driver (one Arrow table), split by destination.
+1. Split the batch's rows addressed to the driver by destination.
 2. Read the batch's end offsets from Spark's offset log (written before the batch ran, so a
    replay carries the same offsets): one typed :class:`BatchOffsets`.
-3. Fold the stages' metrics into the topology's progress.
+3. Read the stages' metrics (folded into progress in step 9, once the batch committed).
    3b. At least once: the ackers' events -> the spouts' ack/fail, retries, time-outs and
    dead letters (``kstorm/_runtime/reliability.py``).
-4. Write dead letters (undecodable records, tuples whose bolt raised, spout tuples out of
-   retries) with their reasons.
-5. Fold the batch's partials into each windowed aggregate; the windows the watermark
+4. Fold the batch's partials into each windowed aggregate; the windows the watermark
    passed become tuples for the aggregate's sinks.
+5. The commit stage: committers (seed 002's ``ICommitter``) and the bolts downstream of
+   them execute their tuples, then ``finish_batch`` in topology order, strictly in txid
+   order across batches (``kstorm/_runtime/committers.py``); what they emit for sinks
+   joins the sinks' tuples.
 6. Commit each sink, in topology order, with a :class:`SinkBatch`: the txid, its tuples,
    the Kafka end offsets and the runtime's state after the batch (windowed aggregates' open
-   windows, windowed bolt snapshots, at least once the lowest un-acked offsets). Sinks make
-   this step idempotent per txid (``kstorm/sink.py``); a sink that fails is aborted.
-7. Persist each windowed aggregate's state under the batch id (a replay of this batch
+   windows, windowed bolt snapshots, transactional spouts' metadata, at least once the
+   lowest un-acked offsets). Sinks make this step idempotent per txid (``kstorm/sink.py``);
+   a sink that fails is aborted.
+7. Write dead letters (undecodable records, tuples whose bolt raised, spout tuples out of
+   retries) with their reasons: after the sinks, so a retried attempt writes them once.
+8. Persist each windowed aggregate's state under the batch id (a replay of this batch
    reloads the state of the batch before, so it closes the same windows).
-   7b. At least once: persist the spouts' trackers under the batch id and write the books
+   8b. At least once: persist the spouts' trackers under the batch id and write the books
    their sources plan the next batch with (retries, committable group offsets).
-8. Captured emissions: kept for ``kstorm.testing`` (``kstorm.capture.emitted``), logged on
-   ``kstorm.debug`` (``topology.debug``).
+9. Progress: the metrics of step 3; captured emissions kept for ``kstorm.testing``
+   (``kstorm.capture.emitted``), logged on ``kstorm.debug`` (``topology.debug``).
 
-Spark writes the batch to its commit log only after this function returns; a crash before
+Spark writes the batch to its commit log only after ``__call__`` returns; a crash before
 that replays the same batch id with the same offsets, and the sinks skip or recompute it.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import pickle
+import random
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -38,6 +50,8 @@ from typing import Any
 
 import pyarrow as pa
 
+from kstorm._runtime.checkpoint import CheckpointLayout
+from kstorm._runtime.committers import run_commit_stage
 from kstorm._runtime.deadletter import DeadLetterWriter, as_record
 from kstorm._runtime.envelope import (
     ACKER_EVENTS,
@@ -46,21 +60,31 @@ from kstorm._runtime.envelope import (
     EMPTY,
     METRICS,
     STATE_PREFIX,
+    TXMETA_PREFIX,
     split_by_dest,
+    txmeta_dest,
     unpack_metas,
     unpack_values,
     window_dest,
 )
-from kstorm._runtime.plan import source_kind
+from kstorm._runtime.plan import Plan, source_kind
 from kstorm._runtime.progress import Progress
 from kstorm._runtime.reliability import SpoutReliability
+from kstorm._runtime.transaction import (
+    ATTEMPT_PROPERTY,
+    DEAD_LETTER_PROPERTY,
+    Decision,
+    Transactions,
+)
+from kstorm._spark import txspout_source as txspout
 from kstorm._spark.gc_control import paused
 from kstorm._spark.offset_log import read_batch
 from kstorm._spark.windowed_bolt import state_key
 from kstorm.config import TopologyConfig
-from kstorm.errors import KstormError, SinkError
+from kstorm.errors import KstormError, SinkError, SourceError
 from kstorm.sink import BaseSink, SinkBatch, commit_sink
 from kstorm.topology import StormTopology
+from kstorm.transactional.attempt import TransactionAttempt
 from kstorm.tuple import Tuple
 
 log = logging.getLogger("kstorm.commit")
@@ -81,10 +105,12 @@ class CommitPhase:
                  settings: TopologyConfig, sinks: dict[str, BaseSink], txid_base: int,
                  progress: Progress, dead_letters: DeadLetterWriter,
                  windows: dict[str, Any] | None = None,
-                 reliability: SpoutReliability | None = None) -> None:
+                 reliability: SpoutReliability | None = None,
+                 plan: Plan | None = None, conf: dict[str, Any] | None = None) -> None:
         self.topology = topology
         self.name = name
         self.checkpoint = checkpoint
+        self.layout = CheckpointLayout(checkpoint)
         self.settings = settings
         self.sinks = sinks
         self.txid_base = txid_base
@@ -96,25 +122,101 @@ class CommitPhase:
         self.failure: BaseException | None = None  # what stopped the topology, if it failed here
         self._spouts = [s.id for s in topology.spouts()]
         self._kafka = {s.id for s in topology.spouts() if source_kind(s.component) == "kafka"}
+        self._transactional = [s.id for s in topology.spouts()
+                               if source_kind(s.component) == "transactional"]
+        self.plan = plan
+        self.conf = conf or {}
+        self.transactions = Transactions(settings.transaction_max_attempts,
+                                         settings.transaction_backoff_ms,
+                                         settings.transaction_failure_policy,
+                                         random.getrandbits(40) << 16)
 
     def __call__(self, frame: Any, batch_id: int) -> None:
+        """Run batch ``batch_id`` as one transaction: attempts, retries, the policy."""
+        context = frame.sparkSession.sparkContext
+        txid = self.txid_base + batch_id
+        attempt = 0
         try:
-            self.commit(frame.toArrow(), batch_id)
+            while True:
+                attempt_id = self.transactions.attempt_id(attempt)
+                context.setLocalProperty(ATTEMPT_PROPERTY, str(attempt_id))
+                try:
+                    self.commit(frame.toArrow(), batch_id, attempt_id)
+                    return
+                except Exception as exc:  # noqa: BLE001 - decided below, re-raised if final
+                    decision = self.transactions.decide(attempt, exc)
+                    self._failed_attempt(txid, attempt, decision)
+                    if decision.action == "retry":
+                        time.sleep(decision.delay_s)
+                        attempt += 1
+                        continue
+                    if decision.action == "dead-letter":
+                        self._give_up(context, frame, batch_id, attempt + 1, decision)
+                        return
+                    raise self._fatal(txid, attempt, decision) from exc
         except BaseException as exc:
             self.failure = exc
             raise
+        finally:
+            context.setLocalProperty(ATTEMPT_PROPERTY, None)
 
-    def commit(self, table: pa.Table, batch_id: int) -> None:
-        """Steps 1-8 of the module docstring for the driver rows ``table`` of ``batch_id``."""
+    def _failed_attempt(self, txid: int, attempt: int, decision: Decision) -> None:
+        where = f"{decision.component!r}" if decision.component else "the batch"
+        self.progress.increment({f"__transactions.{decision.kind}": 1})
+        log.warning("txid %s attempt %d failed in %s: %s; %s", txid, attempt + 1, where,
+                    decision.cause, {"retry": f"retrying in {decision.delay_s:.1f} s",
+                                     "dead-letter": "dead-lettering the batch's input",
+                                     "fail": "stopping"}[decision.action])
+
+    def _fatal(self, txid: int, attempt: int, decision: Decision) -> KstormError:
+        where = f"component {decision.component!r}" if decision.component else "the batch"
+        tries = "" if decision.kind == "fatal" else f" after {attempt + 1} attempt(s)"
+        msg = f"txid {txid} failed in {where}{tries}: {decision.cause}"
+        hint = ("raise kstorm.transaction.max.attempts, or set kstorm.transaction.failure."
+                "policy = dead-letter to dead-letter a failing batch's input and go on"
+                if decision.kind != "fatal" else "")
+        kind = SinkError if decision.kind == "sink" else (
+            SourceError if decision.kind == "source" else KstormError)
+        return kind(msg, hint=hint)
+
+    def _give_up(self, context: Any, frame: Any, batch_id: int, attempt: int,
+                 decision: Decision) -> None:
+        """The failure policy ``dead-letter``: the batch again, its spout tuples dead letters."""
+        txid = self.txid_base + batch_id
+        reason = (f"transaction {txid} failed {attempt} times (kstorm.transaction.max."
+                  f"attempts); last: {decision.cause}")
+        context.setLocalProperty(ATTEMPT_PROPERTY, str(self.transactions.attempt_id(attempt)))
+        context.setLocalProperty(DEAD_LETTER_PROPERTY, reason)
+        try:
+            self.commit(frame.toArrow(), batch_id, self.transactions.attempt_id(attempt),
+                        given_up=True)
+        finally:
+            context.setLocalProperty(DEAD_LETTER_PROPERTY, None)
+        self.progress.increment({"__transactions.dead_lettered": 1})
+
+    def commit(self, table: pa.Table, batch_id: int, attempt_id: int = 0,
+               given_up: bool = False) -> None:
+        """Steps 1-9 of the module docstring for the driver rows ``table`` of ``batch_id``.
+
+        ``given_up``: the transaction's input went to the dead letters; no user code runs
+        (the commit stage is skipped), the sinks commit the empty batch under its txid.
+        """
         started = time.monotonic()
-        # Step 1: the rows addressed to the driver.
+        # Step 1: the rows addressed to the driver (a given-up transaction: no output at all,
+        # only its dead letters, metrics and snapshots).
         by_dest = split_by_dest(table)
+        if given_up:
+            by_dest = {d: rows for d, rows in by_dest.items()
+                       if d in (DEAD_LETTER, METRICS) or d.startswith((STATE_PREFIX,
+                                                                      TXMETA_PREFIX))}
         # Step 2: the batch's source offsets.
         offsets = read_batch(self.checkpoint, batch_id, self._spouts, kafka_spouts=self._kafka)
         txid = self.txid_base + batch_id
-        # Step 3: metrics.
-        for payload in by_dest.pop(METRICS, EMPTY).column("__vals").to_pylist():
-            self.progress.add_counters(pickle.loads(payload))
+        # Step 2b: transactional spouts' end offsets, with what opaque replays returned.
+        transactional = self._transactional_ends(offsets, by_dest)
+        # Step 3: metrics (folded in once the batch committed).
+        metrics = [pickle.loads(p)
+                   for p in by_dest.pop(METRICS, EMPTY).column("__vals").to_pylist()]
         # Step 3b: at least once, the spout side of the trees that ended or timed out.
         reliable = None
         if self.reliability is not None:
@@ -122,14 +224,7 @@ class CommitPhase:
             reliable = self.reliability.commit(
                 offsets, list(zip(events.column("__task").to_pylist(),
                                   events.column("__vals").to_pylist(), strict=True)))
-            self.progress.add_counters(reliable.counters)
-            self.progress.set_gauges(reliable.gauges)
-        # Step 4: dead letters.
-        dead = by_dest.pop(DEAD_LETTER, EMPTY)
-        self.dead_letters.write(batch_id, [as_record(pickle.loads(v))
-                                           for v in dead.column("__vals").to_pylist()]
-                                + (reliable.dead_letters if reliable is not None else []))
-        # Step 5: windowed aggregates fold the batch in and emit the windows that closed.
+        # Step 4: windowed aggregates fold the batch in and emit the windows that closed.
         extra: dict[str, list[Tuple]] = defaultdict(list)
         persist = []
         for component, windows in self.windows.items():
@@ -139,10 +234,22 @@ class CommitPhase:
             fields = self.topology.components[component].streams["default"]
             for consumer, _ in self.topology.consumers(component, "default"):
                 extra[consumer].extend(Tuple(v, fields, component) for v in results)
-            self.progress.add_counters({f"{component}.windows": len(results)})
+            metrics.append({f"{component}.windows": len(results)})
+        # Step 5: the commit stage (committers and the bolts they feed).
+        if self.plan is not None and self.plan.commit_stage is not None and not given_up:
+            inputs = {c: by_dest.pop(c, EMPTY) for c in self.plan.commit_stage.bolts}
+            outcome = run_commit_stage(self.topology, self.plan, self.name, self.conf,
+                                       self.settings, batch_id,
+                                       TransactionAttempt(txid, attempt_id), inputs)
+            metrics.append(outcome.counters)
+            for dest, rows in split_by_dest(outcome.rows).items():
+                by_dest[dest] = (pa.concat_tables([by_dest[dest], rows]) if dest in by_dest
+                                 else rows)
         # Step 6: sinks, in topology order.
         captured = by_dest.pop(CAPTURE, EMPTY)
         state = {window_state_key(w.component): snap.snapshot() for w, snap in persist}
+        for spout, end in transactional.items():  # its metadata, for a lost checkpoint
+            state[txspout.state_key(spout)] = json.dumps(end).encode()
         state.update(_windowed_bolt_state(by_dest))
         if self.reliability is not None and reliable is not None:
             state[UNACKED_STATE] = self.reliability.resume_state(batch_id, reliable)
@@ -152,18 +259,45 @@ class CommitPhase:
             batch = SinkBatch(txid, batch_id, self._tuples(rows) + extra.get(sink_id, []),
                               ends, state)
             self._commit_sink(sink_id, sink, batch)
-        # Step 7: the windows' state after this batch (a replay restarts from the previous).
+        # Step 7: dead letters.
+        dead = by_dest.pop(DEAD_LETTER, EMPTY)
+        self.dead_letters.write(batch_id, [as_record(pickle.loads(v))
+                                           for v in dead.column("__vals").to_pylist()]
+                                + (reliable.dead_letters if reliable is not None else []))
+        # Step 8: the windows' state after this batch (a replay restarts from the previous).
         for windows, snap in persist:
             windows.persist(batch_id, snap)
-        # Step 7b: the spouts' trackers and books after this batch.
+        # Step 8a: what transactional spouts' replays returned (the next batch plans from it).
+        for spout, end in transactional.items():
+            self.layout.write(self.layout.txmeta_path(spout), json.dumps(
+                {"seq": end.get("seq", 0), "metas": end.get("metas", {})}).encode())
+        # Step 8b: the spouts' trackers and books after this batch.
         if self.reliability is not None and reliable is not None:
             self.reliability.persist(batch_id, reliable)
-        # Step 8: captured emissions.
+        # Step 9: progress and captured emissions.
+        for counters in metrics:
+            self.progress.add_counters(counters)
+        if reliable is not None:
+            self.progress.add_counters(reliable.counters)
+            self.progress.set_gauges(reliable.gauges)
         self._captured(batch_id, captured)
         for dest in by_dest:
             log.error("batch %s: %d rows for unknown destination %r", batch_id,
                       by_dest[dest].num_rows, dest)
         self.progress.batch_committed(batch_id, offsets.summary(), time.monotonic() - started)
+
+    def _transactional_ends(self, offsets: Any, by_dest: dict[str, pa.Table]
+                            ) -> dict[str, dict[str, Any]]:
+        ends = {}
+        for spout in self._transactional:
+            rows = by_dest.pop(txmeta_dest(spout), EMPTY)
+            raw = offsets.spouts.get(spout)
+            if raw is None:
+                continue
+            replayed = dict(zip(rows.column("__task").to_pylist(),
+                                rows.column("__vals").to_pylist(), strict=True))
+            ends[spout] = txspout.effective_end(raw.raw, replayed)
+        return ends
 
     def _commit_sink(self, sink_id: str, sink: BaseSink, batch: SinkBatch) -> None:
         try:

@@ -27,7 +27,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 
 from kstorm._runtime.checkpoint import CheckpointLayout
 from kstorm._runtime.envelope import ENVELOPE_DDL, NOW_COLUMN
-from kstorm._runtime.plan import DRIVER, AckingPlan, PartitionKind, Plan, Stage, source_kind
+from kstorm._runtime.plan import AckingPlan, PartitionKind, Plan, Stage, source_kind
 from kstorm._spark.sources import read_spout
 from kstorm._spark.stage import StageContext, StageRunner, stateful_processor
 from kstorm._spark.windowed import WindowStageRunner
@@ -48,14 +48,14 @@ class CompiledQuery:
 def compile_query(spark: SparkSession, topology: StormTopology, plan: Plan, name: str,
                   conf: dict[str, Any], settings: TopologyConfig, layout: CheckpointLayout,
                   window_seeds: dict[str, bytes] | None = None,
-                  acking: AckingPlan | None = None) -> CompiledQuery:
+                  acking: AckingPlan | None = None, txid_base: int = 0) -> CompiledQuery:
     """Build the streaming DataFrames of ``plan``.
 
     ``conf`` is the user's configuration (bolts' ``prepare`` gets it), ``settings`` the
     validated one. ``layout`` is kstorm's part of the checkpoint; ``window_seeds`` are the
     windowed bolt snapshots a sink stored, used after a lost checkpoint. ``acking``
     (at-least-once): the tracked spouts; their sources read the commit phase's books and
-    the ackers run at the end of the plan.
+    the ackers run at the end of the plan. ``txid_base``: txid = base + batch id.
     """
     raw: dict[int, DataFrame] = {}
     env: dict[int, DataFrame] = {}
@@ -66,10 +66,11 @@ def compile_query(spark: SparkSession, topology: StormTopology, plan: Plan, name
         if stage.is_source and stage.envelope_source:
             # a free-form spout: its source stage runs in the read of its logged batches
             ctx = StageContext(topology, plan, stage.index, name, settings, conf, True,
-                               acking=acking)
+                               acking=acking, txid_base=txid_base)
             env[stage.index] = read_spout(spark, topology.components[stage.head], settings,
                                           fused=StageRunner(ctx), topology_name=name,
-                                          conf=conf, layout=layout)
+                                          conf=conf, layout=layout, txid_base=txid_base,
+                                          seeds=window_seeds or {})
             continue
         if stage.is_source:
             window = next((s for s in plan.stages
@@ -77,7 +78,8 @@ def compile_query(spark: SparkSession, topology: StormTopology, plan: Plan, name
             pmax_file = str(layout.clocks_path(window.head)) if window else None
             if window is not None and _fusable(stage, window, topology):
                 # the window's partials are computed in the spout's read tasks
-                ctx = StageContext(topology, plan, window.index, name, settings, conf, True)
+                ctx = StageContext(topology, plan, window.index, name, settings, conf, True,
+                               acking=None, txid_base=txid_base)
                 spec = topology.components[window.head].component.spec()
                 env[window.index] = read_spout(
                     spark, topology.components[stage.head], settings, pmax_file,
@@ -88,12 +90,12 @@ def compile_query(spark: SparkSession, topology: StormTopology, plan: Plan, name
                                               stage.head, acking, settings, layout))
             if readers[stage.index] or _feeds_sink(stage, topology, plan):
                 ctx = StageContext(topology, plan, stage.index, name, settings, conf, True,
-                                   acking=acking)
+                               acking=acking, txid_base=txid_base)
                 env[stage.index] = raw[stage.index].mapInArrow(StageRunner(ctx), ENVELOPE_DDL)
             continue
         carrier = _is_raw_carrier(stage, plan, readers, topology)
         ctx = StageContext(topology, plan, stage.index, name, settings, conf, carrier,
-                           acking=acking)
+                               acking=acking, txid_base=txid_base)
         if stage.native_window and stage.index in env:
             continue  # fused into its spout's read
         if stage.native_window:
@@ -152,7 +154,8 @@ def _fusable(source: Stage, window: Stage, topology: StormTopology) -> bool:
 
 
 def _feeds_sink(stage: Stage, topology: StormTopology, plan: Plan) -> bool:
-    return any(plan.stage_of[c] == DRIVER for c, _ in topology.consumers(stage.head))
+    """Whether a consumer of ``stage``'s component runs on the driver (sink or committer)."""
+    return any(plan.on_driver(c) for c, _ in topology.consumers(stage.head))
 
 
 def _envelope_readers(plan: Plan, topology: StormTopology) -> dict[int, list[int]]:
@@ -162,7 +165,7 @@ def _envelope_readers(plan: Plan, topology: StormTopology) -> dict[int, list[int
         if stage.is_source or stage.raw_spout is not None:
             continue
         for _, src in stage.inputs:
-            if src != DRIVER and stage.index not in readers[src]:
+            if src >= 0 and stage.index not in readers[src]:
                 readers[src].append(stage.index)
     return {k: sorted(v) for k, v in readers.items()}
 
@@ -201,7 +204,12 @@ def _union_inputs(stage: Stage, env: dict[int, DataFrame], readers: dict[int, li
 def _partition_raw(frame: DataFrame, stage: Stage, topology: StormTopology) -> DataFrame:
     p = stage.partitioning
     n = topology.components[stage.head].parallelism
-    if p.kind is PartitionKind.HASH:
+    if p.kind is PartitionKind.HASH and not p.fields:
+        # a batch bolt's shuffle: spread over its tasks, the same on every replay (a
+        # record's position when the spout has one, else its content)
+        where = [c for c in ("partition", "offset") if c in frame.columns] or frame.columns
+        task = F.pmod(F.xxhash64(*[F.col(c) for c in where]), F.lit(n)).cast("int")
+    elif p.kind is PartitionKind.HASH:
         task = F.pmod(F.xxhash64(*[F.col(f) for f in p.fields]), F.lit(n)).cast("int")
     elif p.kind is PartitionKind.SINGLE:
         task = F.lit(0)

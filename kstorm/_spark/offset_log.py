@@ -36,3 +36,10 @@ def last_committed_batch(checkpoint: Path) -> int | None:
     commits = checkpoint / "commits"
     ids = [int(p.name) for p in commits.iterdir() if p.name.isdigit()] if commits.is_dir() else []
     return max(ids) if ids else None
+
+
+def next_batch_id(checkpoint: Path) -> int:
+    """The id Spark gives the next batch it plans: one past the last in its offset log."""
+    offsets = checkpoint / "offsets"
+    ids = [int(p.name) for p in offsets.iterdir() if p.name.isdigit()] if offsets.is_dir() else []
+    return max(ids) + 1 if ids else 0

@@ -33,6 +33,7 @@ from kstorm._spark.offset_log import last_committed_batch
 from kstorm._spark.session import get_session
 from kstorm._spark.windowed import WindowCommit
 from kstorm.config import Guarantee, TopologyConfig, TriggerMode
+from kstorm.errors import ConfigError
 from kstorm.handle import TopologyHandle
 from kstorm.sink import BaseSink, SinkContext, open_sink
 from kstorm.topology import StormTopology
@@ -47,9 +48,10 @@ def start(name: str, conf: dict[str, Any], topology: StormTopology) -> TopologyH
     if settings.debug:
         _show_debug_log()
     topology = with_connections(topology, settings)
+    _check_transactional(topology, settings)
     # Step 2
     plan = compile_plan(topology)
-    checkpoint = settings.checkpoint_for(name)
+    checkpoint = settings.checkpoint_for(topology.transactional_id or name)
     layout = CheckpointLayout(checkpoint)
     # Step 3
     sinks = open_sinks(name, conf, settings, topology, plan.sinks)
@@ -76,7 +78,8 @@ def start(name: str, conf: dict[str, Any], topology: StormTopology) -> TopologyH
         acking = acking_plan(topology, plan, n_ackers=settings.acker_executors or 1,
                              timeout_ms=settings.message_timeout_secs * 1000)
     compiled = compile_query(spark, topology, plan, name, conf, settings, layout,
-                             window_seeds=dict(resumed_state), acking=acking)
+                             window_seeds=dict(resumed_state), acking=acking,
+                             txid_base=resume.txid_base)
     windows = {s.head: WindowCommit(s.head, topology.components[s.head].component.spec(),
                                     layout)
                for s in plan.stages if s.native_window}
@@ -86,9 +89,10 @@ def start(name: str, conf: dict[str, Any], topology: StormTopology) -> TopologyH
             window.seed(snapshot)
     reliability = (SpoutReliability(topology, acking, layout) if acking is not None else None)
     dead_letters = DeadLetterWriter(name, _dead_letter_connection(topology, settings),
-                                    settings.dead_letter_topic or f"{name}.dead-letters")
+                                    settings.dead_letter_topic or f"{name}.dead-letters",
+                                    max_bytes=settings.dead_letter_max_bytes)
     commit = CommitPhase(topology, name, checkpoint, settings, sinks, resume.txid_base,
-                         Progress(), dead_letters, windows, reliability)
+                         Progress(), dead_letters, windows, reliability, plan, conf)
     writer = (compiled.output.writeStream.foreachBatch(commit)
               .option("checkpointLocation", str(checkpoint)).queryName(name))
     if settings.trigger is TriggerMode.AVAILABLE_NOW:
@@ -120,7 +124,33 @@ def with_connections(topology: StormTopology, settings: TopologyConfig) -> Storm
                                                    spout.consumer_config,
                                                    where=f"spout {cid!r}")
         specs[cid] = dataclasses.replace(spec, component=spout.with_connection(connection))
-    return StormTopology(MappingProxyType(specs), topology.order)
+    return dataclasses.replace(topology, components=MappingProxyType(specs))
+
+
+def _check_transactional(topology: StormTopology, settings: TopologyConfig) -> None:
+    """A transactional topology is exactly once: the batch is the unit, not the tuple."""
+    if topology.transactional_id is not None and settings.guarantee is not Guarantee.EXACTLY_ONCE:
+        msg = (f"transactional topology {topology.transactional_id!r} runs exactly once "
+               f"(seed 002: batches, not tuples, are tracked), got topology.guarantee = "
+               f"{settings.guarantee.value!r}")
+        raise ConfigError(msg, hint="remove topology.guarantee from the configuration")
+    pending = settings.max_spout_pending
+    if topology.transactional_id is not None and pending is not None and pending > 1:
+        msg = (f"transactional topology {topology.transactional_id!r}: topology.max.spout."
+               f"pending = {pending} asks for {pending} transactions in flight, but a Spark "
+               "streaming query runs one micro-batch (one transaction) at a time: batch "
+               "N + 1 is planned only after batch N's commit phase returned (README: "
+               "Transactional topologies, pipelining)")
+        raise ConfigError(msg, hint="remove topology.max.spout.pending or set it to 1")
+    opaque = [s.id for s in topology.spouts() if topology.transactional_id is not None
+              and getattr(s.component, "transactional_kind", "") == "opaque"]
+    skipping = [b.id for b in topology.bolts() if getattr(b.component, "mode", None)
+                == "transactional" and getattr(b.component, "is_sink", False)]
+    if opaque and skipping:
+        msg = (f"sink(s) {skipping} run in transactional mode behind the opaque spout "
+               f"{opaque[0]!r}: a replayed txid may carry a different batch, which a "
+               "transactional sink would skip (seed 002)")
+        raise ConfigError(msg, hint="use mode='opaque' for these sinks")
 
 
 def open_sinks(name: str, conf: dict[str, Any], settings: TopologyConfig,
@@ -157,7 +187,7 @@ def _start_spouts_at(topology: StormTopology, offsets: Any) -> StormTopology:
             mine = {t: dict(p) for t, p in offsets.items() if spout.subscribes(t)}
             specs[cid] = dataclasses.replace(
                 spec, component=dataclasses.replace(spout, starting_offsets=mine))
-    return StormTopology(MappingProxyType(specs), topology.order)
+    return dataclasses.replace(topology, components=MappingProxyType(specs))
 
 
 def _show_debug_log() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
@@ -18,14 +19,16 @@ from kstorm.topology import ComponentSpec
 def read_spout(spark: SparkSession, spec: ComponentSpec, settings: TopologyConfig,
                pmax_file: str | None = None, fused: Any = None,
                acking: dict[str, Any] | None = None, *, topology_name: str = "",
-               conf: dict[str, Any] | None = None, layout: CheckpointLayout | None = None
-               ) -> DataFrame:
+               conf: dict[str, Any] | None = None, layout: CheckpointLayout | None = None,
+               txid_base: int = 0, seeds: Mapping[str, bytes] | None = None) -> DataFrame:
     """The raw rows of spout ``spec`` (its output fields, plus ids and error columns).
 
     ``acking``: the spout is tracked (at-least-once; Kafka spouts only): its book's path
     and ``topology.max.spout.pending``. A free-form spout (``next_tuple``) needs its
     source stage as ``fused`` (its rows leave as envelope rows), the topology's name and
-    ``conf`` (for ``open``), and the checkpoint ``layout`` (its batch log lives there).
+    ``conf`` (for ``open``), and the checkpoint ``layout`` (its batch log lives there). A
+    transactional spout needs the same, plus ``txid_base`` (txid = base + batch id) and the
+    sinks' stored state ``seeds`` (its metadata after a lost checkpoint).
     """
     spout = spec.component
     kind = source_kind(spout)
@@ -37,6 +40,9 @@ def read_spout(spark: SparkSession, spec: ComponentSpec, settings: TopologyConfi
         from kstorm._spark.list_source import read_list_spout
 
         return read_list_spout(spark, spout.batches, spout.schema, spout.partitions, pmax_file)
+    if kind == "transactional":
+        return _read_transactional(spark, spec, topology_name, conf, fused, layout,
+                                   txid_base, seeds or {})
     if not isinstance(spout, BaseRichSpout):
         msg = f"spout {spec.id!r} is a {type(spout).__name__}, not a BaseRichSpout"
         raise TopologyError(msg)
@@ -52,3 +58,19 @@ def read_spout(spark: SparkSession, spec: ComponentSpec, settings: TopologyConfi
                              dict(spec.streams), str(layout.spout_log_dir(spec.id)), bounds,
                              settings.acks_on_emit, spec.parallelism, fused)
     return read_spout_stream(spark, source, ENVELOPE_DDL)
+
+
+def _read_transactional(spark: SparkSession, spec: ComponentSpec, topology_name: str,
+                        conf: dict[str, Any] | None, fused: Any,
+                        layout: CheckpointLayout | None, txid_base: int,
+                        seeds: Mapping[str, bytes]) -> DataFrame:
+    from kstorm._spark.txspout_source import TxSpoutSpec, read_txspout_stream, seed_from
+
+    if fused is None or layout is None:
+        msg = f"spout {spec.id!r}: a transactional spout is read with its source stage and log"
+        raise TopologyError(msg)
+    source = TxSpoutSpec(spec.component, spec.id, topology_name, {**(conf or {}), **spec.conf},
+                         dict(spec.streams), str(layout.checkpoint), txid_base,
+                         spec.parallelism, fused, seed_from(seeds, spec.id),
+                         str(layout.txmeta_path(spec.id)))
+    return read_txspout_stream(spark, source, ENVELOPE_DDL)

@@ -21,8 +21,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kstorm._runtime.envelope import (
+    DEAD_LETTER,
     ERROR_COLUMN,
+    KAFKA_ID_COLUMNS,
     METRICS,
+    RAW_COLUMN,
+    STREAM_COLUMN,
+    VALS_COLUMN,
     Outgoing,
     Packed,
     bad_input,
@@ -30,12 +35,15 @@ from kstorm._runtime.envelope import (
     raw_tuples,
     split_for,
     to_arrow,
+    unpack_values,
 )
 from kstorm._runtime.executor import StageExecutor
 from kstorm._runtime.plan import AckingPlan, Plan
+from kstorm._runtime.transaction import ATTEMPT_PROPERTY, DEAD_LETTER_PROPERTY
 from kstorm._spark.gc_control import freeze_imports
 from kstorm.config import TopologyConfig
 from kstorm.topology import StormTopology
+from kstorm.transactional.attempt import TransactionAttempt
 from kstorm.tuple import Tuple
 
 
@@ -54,6 +62,7 @@ class StageContext:
     input_schema: Any = None  # Arrow schema of the input (TWS hands over pandas: nullable
     #                           ints arrive as floats)
     acking: AckingPlan | None = None  # at-least-once: anchoring and acker messages
+    txid_base: int = 0       # txid = txid_base + batch id (batch bolts' TransactionAttempt)
 
     @property
     def stage(self) -> Any:
@@ -63,19 +72,32 @@ class StageContext:
     def executor(self, partition: int, state_for: Callable[..., Any] | None = None
                  ) -> StageExecutor:
         """A :class:`StageExecutor` for one task (``partition``) of this stage's batch."""
+        batch = batch_id()
+        attempt = TransactionAttempt(self.txid_base + batch, int(_local(ATTEMPT_PROPERTY) or 0))
         return StageExecutor(self.topology, self.plan, self.stage_index,
                              topology_name=self.topology_name, conf=self.conf,
-                             settings=self.settings, batch_id=batch_id(),
-                             partition=partition, state_for=state_for, acking=self.acking)
+                             settings=self.settings, batch_id=batch,
+                             partition=partition, state_for=state_for, acking=self.acking,
+                             attempt=attempt)
+
+
+def _local(name: str) -> str | None:
+    """A Spark local property of the current task (set by the driver for the job)."""
+    from pyspark import TaskContext
+
+    tc = TaskContext.get()
+    return tc.getLocalProperty(name) if tc is not None else None
 
 
 def batch_id() -> int:
     """The micro-batch the current Spark task belongs to (-1 outside a streaming task)."""
-    from pyspark import TaskContext
-
-    tc = TaskContext.get()
-    value = tc.getLocalProperty("streaming.sql.batchId") if tc is not None else None
+    value = _local("streaming.sql.batchId")
     return int(value) if value is not None else -1
+
+
+def dead_lettering() -> str | None:
+    """Why every spout tuple of this batch is a dead letter (its transaction gave up), if so."""
+    return _local(DEAD_LETTER_PROPERTY)
 
 
 def _partition() -> int:
@@ -102,8 +124,23 @@ def arrivals(ctx: StageContext, batches: Iterator[pa.RecordBatch],
     """
     stage = ctx.stage
     spout = stage.raw_spout
+    given_up = dead_lettering()
     for batch in batches:
         if batch.num_rows == 0:
+            continue
+        if given_up is not None:  # the transaction failed for good: its input is dead letters
+            if spout is not None:
+                if ctx.carrier:
+                    for values in batch_dead_letters(batch, spout, given_up):
+                        dead_letter(spout, values)
+                continue
+            # Spark may reuse the spout stage's shuffle output from the failed attempt
+            # instead of running it again: the spout's tuples then arrive here
+            mine, others = split_for(batch, stage.head)
+            for src, values in spout_dead_letters(mine, ctx.topology, given_up):
+                dead_letter(src, values)
+            letters = others.filter(pc.equal(others.column("__dest"), DEAD_LETTER))
+            yield mine.slice(0, 0), (letters if letters.num_rows else None)
             continue
         if spout is None:
             mine, others = split_for(batch, stage.head)
@@ -122,6 +159,42 @@ def arrivals(ctx: StageContext, batches: Iterator[pa.RecordBatch],
         yield batch, None
 
 
+def batch_dead_letters(batch: pa.RecordBatch, spout: str, reason: str) -> Iterator[list[Any]]:
+    """Dead-letter values for every row of a spout's batch (:data:`DEAD_LETTER_FIELDS`)."""
+    names = batch.schema.names
+    kafka = all(c in names for c in KAFKA_ID_COLUMNS)
+    if VALS_COLUMN in names:
+        for stream, vals in zip(batch.column(STREAM_COLUMN).to_pylist(),
+                                batch.column(VALS_COLUMN).to_pylist(), strict=True):
+            yield [spout, stream, "TransactionFailed", reason, repr(pickle.loads(vals))[:10_000],
+                   None, None, None, None]
+        return
+    rows = batch.to_pylist()
+    raws = batch.column(RAW_COLUMN).to_pylist() if RAW_COLUMN in names else [None] * len(rows)
+    for row, raw in zip(rows, raws, strict=True):
+        values = {k: v for k, v in row.items() if not k.startswith("__")}
+        yield [spout, "default", "TransactionFailed", reason, repr(values)[:10_000],
+               row.get("topic") if kafka else None, row.get("partition") if kafka else None,
+               row.get("offset") if kafka else None, raw]
+
+
+def spout_dead_letters(batch: pa.RecordBatch, topology: StormTopology, reason: str
+                       ) -> Iterator[tuple[str, list[Any]]]:
+    """``(spout, dead-letter values)`` for each spout tuple among envelope rows."""
+    for src, stream, vals in zip(batch.column("__src").to_pylist(),
+                                 batch.column(STREAM_COLUMN).to_pylist(),
+                                 batch.column(VALS_COLUMN).to_pylist(), strict=True):
+        spec = topology.components[src]
+        if not spec.is_spout:
+            continue
+        fields = list(spec.streams[stream])
+        where = [fields.index(f) if f in fields else None for f in KAFKA_ID_COLUMNS]
+        for values in unpack_values(vals):
+            topic, partition, offset = (None if i is None else values[i] for i in where)
+            yield src, [src, stream, "TransactionFailed", reason, repr(values)[:10_000],
+                        topic, partition, offset, None]
+
+
 def tuples_of(ctx: StageContext, batch: pa.RecordBatch, tasks: list[int] | None = None
               ) -> Iterator[tuple[int, Tuple]]:
     """``(task, Tuple)`` for the rows :func:`arrivals` gave the stage."""
@@ -134,12 +207,15 @@ def tuples_of(ctx: StageContext, batch: pa.RecordBatch, tasks: list[int] | None 
 def _run(ctx: StageContext, executor: StageExecutor, batches: Iterator[pa.RecordBatch],
          task_of_row: Callable[[pa.RecordBatch], list[int]]) -> Iterator[pa.RecordBatch]:
     on_skip = _skip_counter(executor)
+    given_up = dead_lettering() is not None  # no user code runs: the input is dead letters
     for mine, others in arrivals(ctx, batches, executor.dead_letter_record, on_skip):
         if others is not None:
             yield others
+        if given_up:
+            continue
         tasks = task_of_row(mine) if ctx.stage.raw_spout is not None else None
         yield from packed(executor.process_rows(tuples_of(ctx, mine, tasks)))
-    yield from packed(executor.finish_rows())
+    yield from packed(executor.pending_rows() if given_up else executor.finish_rows())
     metrics = metrics_row(ctx, executor.counters)
     if metrics is not None:
         yield to_arrow([metrics])
