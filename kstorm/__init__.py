@@ -32,6 +32,7 @@ from kstorm.errors import (
     SerdeError,
     SinkError,
     SourceError,
+    StateError,
     TopologyError,
 )
 from kstorm.handle import TopologyHandle
@@ -91,6 +92,7 @@ __all__ = [
     "SinkError",
     "SourceError",
     "SpoutOutputCollector",
+    "StateError",
     "StormTopology",
     "TopologyBuilder",
     "TopologyConfig",

@@ -86,6 +86,10 @@ class JavaError(KstormError):
     """Spark cannot start: no Java, or a Java version Spark cannot run on."""
 
 
+class StateError(KstormError):
+    """State a topology holds cannot be kept (e.g. it lived only in a lost checkpoint)."""
+
+
 class SourceError(KstormError):
     """A spout could not read from its source."""
 

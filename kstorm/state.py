@@ -2,16 +2,48 @@
 
 from __future__ import annotations
 
+import pickle
 from collections.abc import Iterator
 from typing import Any, Protocol, runtime_checkable
+
+
+def canonical_key(key: Any, _seen: dict[Any, Any] | None = None) -> Any:
+    """``key`` rebuilt so that equal keys pickle to equal bytes.
+
+    Pickle writes an object met twice as a back-reference, so ``("a", "a")`` built from one
+    string object and from two equal strings would be two keys in a store keyed by bytes.
+    Equal strings, bytes and tuples inside a key are made one object (by type and value, so
+    ``1`` and ``True`` stay apart); a key without repeated parts is returned as it is, and
+    pickles exactly as before.
+
+    Example:
+        >>> one, other = "word", "".join(["wo", "rd"])
+        >>> pickle.dumps((one, one)) == pickle.dumps((one, other))
+        False
+        >>> encode_key((one, one)) == encode_key((one, other))
+        True
+    """
+    seen = {} if _seen is None else _seen
+    if type(key) is tuple:
+        key = tuple(canonical_key(part, seen) for part in key)
+    if type(key) in (str, bytes, tuple):
+        return seen.setdefault((type(key), key), key)
+    return key
+
+
+def encode_key(key: Any) -> bytes:
+    """The bytes a state store keys ``key`` by (canonical: see :func:`canonical_key`)."""
+    return pickle.dumps(canonical_key(key), protocol=5)
 
 
 @runtime_checkable
 class KeyValueState(Protocol):
     """Key-value state of one stateful bolt task, saved with each batch's commit.
 
-    Keys and values must be picklable. Changes made while processing a batch become durable
-    when the batch commits, and are rolled back if the batch is replayed.
+    Keys must be hashable and picklable (str, int, bytes, tuples of them...: equal keys are
+    one entry, see :func:`canonical_key`); values picklable, and they come back with their
+    types (``None`` included). Changes made while processing a batch become durable when the
+    batch commits, and are rolled back if the batch is replayed.
     """
 
     def put(self, key: Any, value: Any) -> None:

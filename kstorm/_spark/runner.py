@@ -33,7 +33,7 @@ from kstorm._spark.offset_log import last_committed_batch
 from kstorm._spark.session import get_session
 from kstorm._spark.windowed import WindowCommit
 from kstorm.config import Guarantee, TopologyConfig, TriggerMode
-from kstorm.errors import ConfigError
+from kstorm.errors import ConfigError, StateError
 from kstorm.handle import TopologyHandle
 from kstorm.sink import BaseSink, SinkContext, open_sink
 from kstorm.topology import StormTopology
@@ -60,6 +60,8 @@ def start(name: str, conf: dict[str, Any], topology: StormTopology) -> TopologyH
                if sink.records_offsets}
     resume = reconcile.decide(last_committed_batch(checkpoint), layout.txid_base(),
                               checkpoint.exists(), records)
+    if resume.from_sink is not None:
+        _check_state_survives(name, topology, plan, checkpoint, resume, sinks)
     resumed_state = sinks[resume.from_sink].committed_state() if resume.from_sink else {}
     if resume.reset_checkpoint:
         layout.move_aside()
@@ -102,6 +104,43 @@ def start(name: str, conf: dict[str, Any], topology: StormTopology) -> TopologyH
     log.info("starting topology %r (%d stages) checkpoint=%s", name, len(plan.stages),
              checkpoint)
     return TopologyHandle(name, writer.start(), commit, settings)
+
+
+def state_only_in_checkpoint(topology: StormTopology, plan: Any) -> dict[str, str]:
+    """Each component whose state lives only in Spark's checkpoint, and what that state is."""
+    lost: dict[str, str] = {}
+    for stage in plan.stages:
+        if stage.stateful:
+            lost[stage.head] = ("a stateful bolt: its KeyValueState lives in Spark's state "
+                                "store (topology.state.provider = spark)")
+        elif stage.windowed and not stage.native_window:
+            config = topology.components[stage.head].component.window_config
+            if config.persistent:
+                lost[stage.head] = ("a windowed bolt with a persistent window: its tuples live "
+                                    "in Spark's state store")
+            elif config.message_id_field is None:
+                lost[stage.head] = ("a windowed bolt without with_message_id_field: its "
+                                    "windows live in Spark's state store")
+    return lost
+
+
+def _check_state_survives(name: str, topology: StormTopology, plan: Any, checkpoint: Any,
+                          resume: reconcile.Resume, sinks: dict[str, BaseSink]) -> None:
+    """Refuse to resume from a sink when state held only in the checkpoint would be reset."""
+    lost = state_only_in_checkpoint(topology, plan)
+    if not lost:
+        return
+    for sink in sinks.values():
+        sink.close()
+    why = "is missing" if not checkpoint.exists() else "is behind the sink"
+    listed = "; ".join(f"{c!r} ({what})" for c, what in sorted(lost.items()))
+    msg = (f"topology {name!r} cannot resume from sink {resume.from_sink!r} at txid "
+           f"{resume.txid_base}: the checkpoint {str(checkpoint)!r} {why}, and state that "
+           f"lived only there would restart empty: {listed}")
+    raise StateError(msg, hint=(
+        "restore the checkpoint directory; or start over by deleting the sinks' values and "
+        "their records (kstorm:<topology>:<sink>:* in Redis) so everything is recomputed "
+        "from the spouts' starting offsets"))
 
 
 def with_connections(topology: StormTopology, settings: TopologyConfig) -> StormTopology:

@@ -42,6 +42,7 @@ from kstorm._runtime.plan import AckingPlan, Plan
 from kstorm._runtime.transaction import ATTEMPT_PROPERTY, DEAD_LETTER_PROPERTY
 from kstorm._spark.gc_control import freeze_imports
 from kstorm.config import TopologyConfig
+from kstorm.state import encode_key
 from kstorm.topology import StormTopology
 from kstorm.transactional.attempt import TransactionAttempt
 from kstorm.tuple import Tuple
@@ -271,36 +272,41 @@ class StageRunner:
 
 
 class MapStateKeyValue:
-    """:class:`kstorm.KeyValueState` over a TWS ``MapState`` (keys and values pickled).
+    """:class:`kstorm.KeyValueState` over a TWS ``MapState`` (canonical keys, pickled values).
 
     Reads are cached for the batch; writes are buffered and flushed once at the end, so a
     key costs at most one state-store round trip to read and one to write per batch.
     """
 
-    _MISSING = object()
+    _MISSING = object()  # not read yet
+    _ABSENT = object()   # read (or deleted): not in the store
 
     def __init__(self, map_state: Any) -> None:
         self._ms = map_state
         self._cache: dict[Any, Any] = {}
         self._dirty: set[Any] = set()
 
-    def get(self, key: Any, default: Any = None) -> Any:
+    def _value(self, key: Any) -> Any:
         value = self._cache.get(key, self._MISSING)
         if value is self._MISSING:
-            row = self._ms.getValue((pickle.dumps(key, protocol=5),))
-            value = pickle.loads(row[0]) if row is not None else None
+            row = self._ms.getValue((encode_key(key),))
+            value = pickle.loads(row[0]) if row is not None else self._ABSENT
             self._cache[key] = value
-        return default if value is None else value
+        return value
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        value = self._value(key)
+        return default if value is self._ABSENT else value
 
     def put(self, key: Any, value: Any) -> None:
         self._cache[key] = value
         self._dirty.add(key)
 
     def delete(self, key: Any) -> Any:
-        old = self.get(key)
-        self._cache[key] = None
+        old = self._value(key)
+        self._cache[key] = self._ABSENT
         self._dirty.add(key)
-        return old
+        return None if old is self._ABSENT else old
 
     def __iter__(self) -> Iterator[tuple[Any, Any]]:
         self.flush()
@@ -310,8 +316,8 @@ class MapStateKeyValue:
     def flush(self) -> None:
         for key in self._dirty:
             value = self._cache[key]
-            bkey = (pickle.dumps(key, protocol=5),)
-            if value is None:
+            bkey = (encode_key(key),)
+            if value is self._ABSENT:
                 self._ms.removeKey(bkey)
             else:
                 self._ms.updateValue(bkey, (pickle.dumps(value, protocol=5),))
