@@ -4,9 +4,11 @@ The runtime's two halves run here without Spark: executor tasks (``late_mask`` t
 ``partials``, then ``merge`` per task, as ``WindowStageRunner`` does) and the driver's
 ``WindowCommit`` (fold, close, persist per batch id). Random streams are cut into random
 batches and tasks. The model keeps, per stream, the latest timestamp (a tuple is late iff
-``ts < latest - lag``), puts every on-time tuple in each window ``end - length < ts <= end``
+``ts < latest - lag``; a stream's first tuple starts from the watermark windows were
+last closed at, plus lag, so a stream that delivers late cannot reopen a fired window),
+puts every on-time tuple in each window ``end - length < ts <= end``
 and emits a window's pending tuples in the batch whose watermark (min over streams of
-``latest - lag``) passes its end, sorted by (end, key).
+``latest - lag``, never going back) passes its end, sorted by (end, key).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from kstorm._kafka.clocks import NEW_STREAM, clock_of
 from kstorm._runtime.checkpoint import CheckpointLayout
 from kstorm._spark.windowed import WindowCommit
 from kstorm.errors import ConfigError
@@ -52,7 +55,7 @@ def task_payload(rows: list[Row], spec: AggregateSpec, latest_before: dict[str, 
     """What one executor task sends the driver (mirrors ``WindowStageRunner``)."""
     table = pa.Table.from_pylist([dict(zip(SCHEMA.names, r, strict=True)) for r in rows],
                                  schema=SCHEMA)
-    latest = {s: latest_before[s] for s in {r[0] for r in rows} if s in latest_before}
+    latest = {s: c for s in {r[0] for r in rows} if (c := clock_of(latest_before, s)) is not None}
     streams = table.column("stream").to_numpy(zero_copy_only=False)
     late = late_mask(table.column("ts").to_numpy(), streams, latest, spec.lag_ms)
     on_time = table.filter(pa.array(~late))
@@ -77,6 +80,8 @@ def run(batches: list[list[list[Row]]], spec: AggregateSpec, state_dir: Path,
         results, windows = driver.commit(batch_id, payloads)
         driver.persist(batch_id, windows)
         latest, late = dict(windows.latest), windows.late
+        if windows.new_stream_clock() is not None:  # as the clocks file records it
+            latest[NEW_STREAM] = windows.new_stream_clock()
         out.extend((batch_id, r) for r in results)
         if batch_id == restart_after:
             snapshot = windows.snapshot()
@@ -90,9 +95,12 @@ def model(batches: list[list[list[Row]]], length: int, slide: int, lag: int, k: 
     latest: dict[str, int] = {}
     pending: dict[tuple[int, str], list[tuple[str | None, int]]] = defaultdict(list)
     out, late = [], 0
+    closed = None  # the watermark windows were last closed at: it never goes back
     for batch_id, tasks in enumerate(batches):
         arrivals = [r for rows in tasks for r in rows]  # per stream, in order
         for stream, ts, key, item, num in arrivals:
+            if stream not in latest and closed is not None:
+                latest[stream] = closed + lag  # a new stream cannot reopen fired windows
             if stream in latest and ts < latest[stream] - lag:
                 late += 1
                 continue
@@ -104,6 +112,8 @@ def model(batches: list[list[list[Row]]], length: int, slide: int, lag: int, k: 
         if not latest:
             continue
         watermark = min(latest.values()) - lag
+        watermark = watermark if closed is None else max(watermark, closed)
+        closed = watermark
         for end, key in sorted(w for w in pending if w[0] < watermark):
             rows = pending.pop((end, key))
             items = Counter(i for i, _ in rows if i is not None)

@@ -41,7 +41,7 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from kstorm._kafka import client as _kafka
-from kstorm._kafka.clocks import CLOCKS_KEY, stream_clocks
+from kstorm._kafka.clocks import CLOCKS_KEY, clock_of, stream_clocks
 from kstorm._kafka.fetch import read_range
 from kstorm._kafka.offsets import (
     OffsetRange,
@@ -244,7 +244,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         ranges = split_ranges(from_json(start), from_json(end), self.spout.max_offsets_per_task)
         now, retries = read_marks(end)
         parts: list[InputPartition] = [
-            KafkaInputPartition(task, clocks.get(f"{task.topic}/{task.partition}"), now)
+            KafkaInputPartition(task, clock_of(clocks, f"{task.topic}/{task.partition}"), now)
             for task in ranges]
         by_partition: dict[tuple[str, int], list[tuple[int, int]]] = defaultdict(list)
         for topic, partition, offset, attempt in retries:

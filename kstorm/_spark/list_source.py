@@ -18,7 +18,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from kstorm._kafka.clocks import CLOCKS_KEY, stream_clocks
+from kstorm._kafka.clocks import CLOCKS_KEY, clock_of, stream_clocks
 from kstorm._runtime.envelope import CLOCK_COLUMN, MSGID_COLUMN
 
 NAME = "kstorm_list"
@@ -51,7 +51,7 @@ class _Reader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return {"batch": end, **stream_clocks(self.pmax_file)}
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
-        pmax = end.get(CLOCKS_KEY, {}).get("0")
+        pmax = clock_of(end.get(CLOCKS_KEY, {}), "0")
         parts = []
         for b in range(int(start["batch"]), int(end["batch"])):
             rows = len(self.batches[b])

@@ -22,6 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from kstorm._kafka.clocks import NEW_STREAM
 from kstorm._runtime.checkpoint import CheckpointLayout
 from kstorm._runtime.envelope import (
     CLOCK_COLUMN,
@@ -179,6 +180,9 @@ class WindowCommit:
     def persist(self, batch_id: int, windows: AggregateWindows) -> None:
         """Save the state after ``batch_id`` and the clocks the next batch's plan records."""
         self.layout.write(self.dir / f"{batch_id}{self.SUFFIX}", windows.snapshot())
+        clocks = dict(windows.latest)
+        if windows.new_stream_clock() is not None:
+            clocks[NEW_STREAM] = windows.new_stream_clock()
         self.layout.write(self.layout.clocks_path(self.component), json.dumps(
-            {"batch_id": batch_id, "latest": windows.latest}).encode())
+            {"batch_id": batch_id, "latest": clocks}).encode())
         self.layout.retain(self.dir, self.SUFFIX, batch_id)

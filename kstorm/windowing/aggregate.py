@@ -363,13 +363,27 @@ class AggregateWindows:
         self.open: pa.Table | None = None
         self.latest: dict[Any, int] = {}  # stream -> latest timestamp
         self.late = 0
+        self.closed: int | None = None  # the highest watermark windows were closed at
 
     @property
     def watermark(self) -> int | None:
-        """Minimum over input streams of latest timestamp minus lag (None before any tuple)."""
+        """Minimum over input streams of latest timestamp minus lag (None before any tuple).
+
+        It never goes back: a stream that starts delivering late (a partition with no data
+        until now) cannot reopen windows that already fired.
+        """
         if not self.latest:
             return None
-        return min(self.latest.values()) - self.spec.lag_ms
+        wm = min(self.latest.values()) - self.spec.lag_ms
+        return wm if self.closed is None else max(wm, self.closed)
+
+    def new_stream_clock(self) -> int | None:
+        """The clock a stream with none yet starts from (None before any window closed).
+
+        Its tuples below the watermark (for windows that already fired) are then late,
+        never counted a second time.
+        """
+        return None if self.closed is None else self.closed + self.spec.lag_ms
 
     def advance(self, batch_partials: Sequence[pa.Table], latest: Mapping[Any, int],
                 late: int = 0) -> pa.Table:
@@ -377,9 +391,21 @@ class AggregateWindows:
         self.late += late
         for stream, ts in latest.items():
             self.latest[stream] = max(ts, self.latest.get(stream, ts))
+        if self.closed is not None:  # partials of windows that already fired: late
+            kept = []
+            for t in batch_partials:
+                if t.num_rows:
+                    fired = pc.less(t.column(END), pa.scalar(self.closed, pa.int64()))
+                    if pc.any(fired).as_py():
+                        self.late += int(pc.sum(t.filter(fired).column("__n")).as_py())
+                        t = t.filter(pc.invert(fired))
+                kept.append(t)
+            batch_partials = kept
         tables = ([self.open] if self.open is not None else []) + list(batch_partials)
         merged = merge(tables, self.spec) if any(t.num_rows for t in tables) else None
         wm = self.watermark
+        if wm is not None:
+            self.closed = wm
         if merged is None or merged.num_rows == 0 or wm is None:
             self.open = merged if merged is not None and merged.num_rows else self.open
             return _no_rows()
@@ -416,13 +442,14 @@ class AggregateWindows:
         """Everything needed to resume (open windows, stream clocks, late count)."""
         latest = dict(sorted(self.latest.items(), key=lambda item: str(item[0])))
         # (streams sorted: the same state gives the same bytes, whatever the tasks' order)
-        return pickle.dumps({"open": self.open, "latest": latest, "late": self.late},
-                            protocol=5)
+        return pickle.dumps({"open": self.open, "latest": latest, "late": self.late,
+                             "closed": self.closed}, protocol=5)
 
     def restore(self, data: bytes) -> None:
         """Resume from :meth:`snapshot`."""
         state = pickle.loads(data)
         self.open, self.latest, self.late = state["open"], state["latest"], state["late"]
+        self.closed = state.get("closed")  # (absent in snapshots of earlier versions)
 
 
 def _no_rows() -> pa.Table:
