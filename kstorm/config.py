@@ -27,6 +27,7 @@ from pydantic import (
     Field,
     SecretStr,
     ValidationError,
+    field_validator,
 )
 
 from kstorm._kafka.connection import KafkaConnection
@@ -127,6 +128,23 @@ class TopologyConfig(BaseModel):
     spout_max_batch_ms: int = Field(1_000, ge=1, alias="kstorm.spout.max.batch.ms")
     spout_idle_calls: int = Field(3, ge=1, alias="kstorm.spout.idle.calls")
     spout_max_failures: int = Field(3, ge=1, alias="kstorm.spout.max.failures")
+
+    @field_validator("checkpoint_dir", "checkpoint_root", mode="before")
+    @classmethod
+    def _local_checkpoint(cls, value: Any) -> Any:
+        """A path or a ``file:`` URI; other schemes are refused, never mapped to a folder."""
+        if not isinstance(value, str):
+            return value
+        scheme, sep, rest = value.partition(":")
+        if not sep or len(scheme) < 2 or not scheme.replace("+", "").replace(
+                ".", "").replace("-", "").isalnum():
+            return value  # a plain path (a Windows drive letter is not a scheme)
+        if scheme.lower() == "file":
+            return "/" + rest.lstrip("/") if rest.startswith("/") else rest
+        msg = (f"{scheme}: checkpoints are not supported: kstorm keeps its own files (txid "
+               "base, windows, books) next to Spark's with local file I/O, so the checkpoint "
+               "must be a local path, or a file: path on a filesystem every machine mounts")
+        raise ValueError(msg)
 
     @classmethod
     def from_conf(cls, conf: Mapping[str, Any] | None) -> TopologyConfig:

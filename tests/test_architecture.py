@@ -193,3 +193,10 @@ def test_only_the_offset_log_module_reads_sparks_checkpoint_logs():
 
 def test_the_planner_never_imports_test_helpers():
     assert "kstorm.testing" not in GRAPH["kstorm._runtime.plan"]
+
+
+def test_test_modules_have_unique_basenames() -> None:
+    """pytest (rootdir-relative, no packages) cannot collect two test modules of one name."""
+    root = Path(__file__).resolve().parent.parent
+    names = [p.name for d in ("tests", "integration_tests") for p in (root / d).glob("test_*.py")]
+    assert sorted(n for n in set(names) if names.count(n) > 1) == []

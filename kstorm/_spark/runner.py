@@ -17,7 +17,9 @@ from __future__ import annotations
 import copy
 import dataclasses
 import logging
+import os
 import sys
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any, cast
 
@@ -53,6 +55,8 @@ def start(name: str, conf: dict[str, Any], topology: StormTopology) -> TopologyH
     plan = compile_plan(topology)
     checkpoint = settings.checkpoint_for(topology.transactional_id or name)
     layout = CheckpointLayout(checkpoint)
+    _check_checkpoint_writable(checkpoint, settings)
+    _check_kafka_spouts(topology)
     # Step 3
     sinks = open_sinks(name, conf, settings, topology, plan.sinks)
     # Step 4
@@ -104,6 +108,54 @@ def start(name: str, conf: dict[str, Any], topology: StormTopology) -> TopologyH
     log.info("starting topology %r (%d stages) checkpoint=%s", name, len(plan.stages),
              checkpoint)
     return TopologyHandle(name, writer.start(), commit, settings)
+
+
+def _check_checkpoint_writable(checkpoint: Path, settings: TopologyConfig) -> None:
+    """The checkpoint directory (or the folder it will be created in) must be writable."""
+    key = "kstorm.checkpoint.dir" if settings.checkpoint_dir else "kstorm.checkpoint.root"
+    at = checkpoint
+    while not at.exists() and at != at.parent:
+        at = at.parent
+    problem = None
+    if not at.is_dir():
+        problem = f"{str(at)!r} is not a directory"
+    elif not os.access(at, os.W_OK | os.X_OK):
+        problem = f"{str(at)!r} is not writable by this user"
+    if problem is not None:
+        msg = f"checkpoint {str(checkpoint)!r} cannot be created or written: {problem}"
+        raise ConfigError(msg, hint=f"set {key} to a directory this process can write")
+
+
+def _check_kafka_spouts(topology: StormTopology, timeout_s: float = 10.0) -> None:
+    """Every Kafka spout's brokers answer, and the topics it names exist (not an idle wait)."""
+    from confluent_kafka import KafkaException
+
+    from kstorm._kafka.client import driver_consumer
+    from kstorm.errors import SourceError
+
+    for spec in topology.spouts():
+        spout: Any = spec.component
+        if source_kind(spout) != "kafka":
+            continue
+        where = spout.resolved_connection().bootstrap_servers
+        try:
+            metadata = driver_consumer(spout.client_config("consumer")).list_topics(
+                timeout=timeout_s)
+        except KafkaException as exc:
+            msg = (f"spout {spec.id!r}: no Kafka broker answered at {where} within "
+                   f"{timeout_s:.0f} s ({exc.args[0] if exc.args else exc})")
+            raise SourceError(msg, hint="check kafka.bootstrap.servers (or the spout's "
+                              "bootstrap_servers), the security settings, and that the "
+                              "brokers are up") from exc
+        known = {t for t, md in metadata.topics.items() if md.error is None}
+        missing = sorted(set(spout.topics or ()) - known)
+        if missing:
+            close = sorted(t for t in known if not t.startswith("__") and any(
+                m.lower() in t.lower() or t.lower() in m.lower() for m in missing))
+            msg = (f"spout {spec.id!r}: topic(s) {missing} do not exist at {where}"
+                   + (f" (similar: {close[:5]})" if close else ""))
+            raise SourceError(msg, hint="create the topic first, check its name, or use "
+                              "KafkaSpout(pattern=...) to pick topics up as they appear")
 
 
 def state_only_in_checkpoint(topology: StormTopology, plan: Any) -> dict[str, str]:

@@ -1,0 +1,45 @@
+"""Errors a person can act on, raised before Spark starts: they name the key or the path."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kstorm import Fields, TopologyBuilder, submit_topology
+from kstorm.config import TopologyConfig
+from kstorm.errors import ConfigError
+from kstorm.testing import CaptureSink, ListSpout
+
+
+def _topology() -> object:
+    builder = TopologyBuilder()
+    builder.set_spout("words", ListSpout([[["a"]]], Fields("word")))
+    builder.set_bolt("out", CaptureSink()).shuffle_grouping("words")
+    return builder.create_topology()
+
+
+def test_an_unwritable_checkpoint_names_the_key_and_the_path(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    with pytest.raises(ConfigError, match=r"a-file' is not a directory") as info:
+        submit_topology("t", {"kstorm.checkpoint.dir": str(blocker / "ck")}, _topology())
+    assert "kstorm.checkpoint.dir" in info.value.hint
+    with pytest.raises(ConfigError) as info:
+        submit_topology("t", {"kstorm.checkpoint.root": str(blocker)}, _topology())
+    assert "kstorm.checkpoint.root" in info.value.hint
+
+
+@pytest.mark.parametrize("uri", ["s3a://bucket/ck", "hdfs://nn:8020/ck", "gs://b/ck"])
+def test_a_remote_checkpoint_uri_is_refused_not_mapped_to_a_local_folder(uri: str) -> None:
+    with pytest.raises(ConfigError, match=r"kstorm.checkpoint.dir: .*checkpoints are not "
+                                          r"supported"):
+        TopologyConfig.from_conf({"kstorm.checkpoint.dir": uri})
+
+
+@pytest.mark.parametrize(("given", "path"), [("file:///data/ck", "/data/ck"),
+                                             ("file:/data/ck", "/data/ck"),
+                                             ("relative/ck", "relative/ck")])
+def test_file_uris_and_paths_are_local_paths(given: str, path: str) -> None:
+    assert str(TopologyConfig.from_conf({"kstorm.checkpoint.dir": given}).checkpoint_dir) \
+        == path
