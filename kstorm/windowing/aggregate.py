@@ -213,7 +213,8 @@ class WindowedAggregate(WindowedBoltConfigMixin, BaseRichBolt):
             raise ConfigError(msg)
         return AggregateSpec(tuple(self.key), cfg.timestamp_field, cfg.window_length.ms,
                              cfg.sliding_interval.ms, cfg.lag.ms,
-                             tuple(self.aggregates.items()), cfg.late_tuple_stream)
+                             tuple(self.aggregates.items()), cfg.late_tuple_stream,
+                             cfg.boundaries == "start-inclusive")
 
     def execute(self, tuple_: Any) -> None:  # pragma: no cover - compiled, never called
         """Not called: the runtime compiles this bolt to Arrow operations."""
@@ -231,6 +232,7 @@ class AggregateSpec:
     lag_ms: int
     aggregates: tuple[tuple[str, Agg], ...]
     late_stream: str | None = None
+    start_inclusive: bool = False  # window bounds: start <= ts < end (else Storm's)
 
     def partial_columns(self) -> list[tuple[str, str, str]]:
         """(partial column, input field, Arrow hash aggregate) for each scalar partial."""
@@ -277,14 +279,27 @@ def _py(value: Any) -> Any:
     return value.item() if hasattr(value, "item") else value
 
 
-def window_ends(ts: np.ndarray, length_ms: int, slide_ms: int) -> list[tuple[np.ndarray,
-                                                                              np.ndarray]]:
-    """For each window a row falls in: (row indices, window ends); ``e-length < ts <= e``."""
-    first = -((-ts) // slide_ms) * slide_ms  # ceiling of ts on the sliding interval
+def window_ends(ts: np.ndarray, length_ms: int, slide_ms: int, start_inclusive: bool = False
+                ) -> list[tuple[np.ndarray, np.ndarray]]:
+    """For each window a row falls in: (row indices, window ends).
+
+    ``e - length < ts <= e`` (Storm), or ``e - length <= ts < e`` with ``start_inclusive``.
+
+    Example:
+        >>> [e.tolist() for _, e in window_ends(np.array([10, 11]), 10, 10)]
+        [[10, 20]]
+        >>> [e.tolist() for _, e in window_ends(np.array([10, 11]), 10, 10, True)]
+        [[20, 20]]
+    """
+    if start_inclusive:
+        first = ts // slide_ms * slide_ms + slide_ms  # the first end after ts
+    else:
+        first = -((-ts) // slide_ms) * slide_ms  # ceiling of ts on the sliding interval
     out = []
     for j in range(-(-length_ms // slide_ms)):
         ends = first + j * slide_ms
-        keep = np.nonzero(ends - length_ms < ts)[0]
+        keep = np.nonzero((ends - length_ms <= ts) if start_inclusive
+                          else (ends - length_ms < ts))[0]
         if len(keep):
             out.append((keep, ends[keep]))
     return out
@@ -298,7 +313,7 @@ def partials(table: pa.Table, spec: AggregateSpec) -> pa.Table:
     needed = list(dict.fromkeys([*spec.key, *(f for _, f, _ in cols if f),
                                  *spec.counted_fields()]))
     base = table.select(needed)
-    for idx, ends in window_ends(ts, spec.length_ms, spec.slide_ms):
+    for idx, ends in window_ends(ts, spec.length_ms, spec.slide_ms, spec.start_inclusive):
         part = base.take(pa.array(idx)) if len(idx) != table.num_rows else base
         pieces.append(part.append_column(END, pa.array(ends, pa.int64())))
     if not pieces:

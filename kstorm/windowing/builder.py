@@ -76,6 +76,15 @@ class WindowedBoltConfigMixin:
         length = _length(length, "window length")
         return self._set(window_length=length, sliding_interval=length, tumbling=True)
 
+    def with_window_boundaries(self, boundaries: str) -> Self:
+        """Which bound of a time window holds a tuple exactly on it.
+
+        ``"end-inclusive"`` (Storm's rule and the default: ``end - length < ts <= end``) or
+        ``"start-inclusive"`` (``start <= ts < end``: what Spark, Flink and Kafka Streams
+        do, so the same data gives the same windows as theirs).
+        """
+        return self._set(boundaries=boundaries)
+
     def with_timestamp_field(self, name: str) -> Self:
         """Use event time read from the int field ``name`` (ms)."""
         self._check_no_timestamp()

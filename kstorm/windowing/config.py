@@ -98,6 +98,9 @@ def _positive(value: object, what: str) -> Count | Duration:
     return value
 
 
+BOUNDARIES = ("end-inclusive", "start-inclusive")
+
+
 @dataclass(frozen=True)
 class WindowConfig:
     """How a windowed bolt groups tuples into windows.
@@ -119,6 +122,9 @@ class WindowConfig:
         max_events_in_memory: Cache bound for persistent windows.
         idle_timeout: Event time only: an input stream that delivered nothing for this long
             (in processing time) stops holding the watermark back (a kstorm addition).
+        boundaries: Which bound of a time window holds a tuple exactly on it:
+            ``"end-inclusive"`` (Storm: ``end - length < ts <= end``, the default) or
+            ``"start-inclusive"`` (Spark, Flink, Kafka Streams: ``start <= ts < end``).
     """
 
     window_length: Count | Duration
@@ -133,8 +139,12 @@ class WindowConfig:
     persistent: bool = False
     max_events_in_memory: int | None = None
     idle_timeout: Duration | None = None
+    boundaries: str = "end-inclusive"
 
     def __post_init__(self) -> None:
+        if self.boundaries not in BOUNDARIES:
+            msg = f"window boundaries must be one of {BOUNDARIES}, got {self.boundaries!r}"
+            raise ConfigError(msg)
         _positive(self.window_length, "window length")
         if self.tumbling:
             if self.sliding_interval not in (None, self.window_length):

@@ -80,7 +80,9 @@ def _ceil(ts: int, step: int) -> int:
 def _shape(config: WindowConfig) -> tuple[Any, ...]:
     def unit(v: Any) -> tuple[str, int]:
         return ("count", v.n) if isinstance(v, Count) else ("ms", v.ms)
-    return unit(config.window_length), unit(config.sliding_interval), config.is_event_time
+    shape = (unit(config.window_length), unit(config.sliding_interval), config.is_event_time)
+    # (the default rule adds nothing: snapshots of earlier versions keep restoring)
+    return shape if config.boundaries == "end-inclusive" else (*shape, config.boundaries)
 
 
 class WindowManager:
@@ -101,6 +103,9 @@ class WindowManager:
         self._slide_ms = sliding.ms if isinstance(sliding, Duration) else 0
         self._slide_n = sliding.n if isinstance(sliding, Count) else 0
         self._event_time = config.is_event_time
+        # bisect key part at a window bound: end-inclusive windows (Storm) hold ts == end and
+        # not ts == start; start-inclusive ones hold ts == start and not ts == end
+        self._bound = -_INF if config.boundaries == "start-inclusive" else _INF
         self._id_of = config.message_id_extractor
         self._source_of = source_of or default_source
         self._ledger = MessageIdLedger() if self._id_of is not None else None
@@ -259,25 +264,30 @@ class WindowManager:
         if end is None:
             if self._head >= len(entries):
                 return
-            end = _ceil(entries[self._head][0], step)
+            end = self._first_end(entries[self._head][0])
         while end <= limit:
-            window = self._evaluate((end, _INF), end)
+            window = self._evaluate((end, self._bound), end)
             if window is not None:
                 windows.append(window)
                 end += step
                 continue
-            i = bisect_left(entries, (end, _INF), lo=self._head)  # skip empty windows
+            i = bisect_left(entries, (end, self._bound), lo=self._head)  # skip empty windows
             if i >= len(entries):
                 break
-            end = _ceil(entries[i][0], step)
+            end = self._first_end(entries[i][0])
         self._next_end = end
+
+    def _first_end(self, ts: int) -> int:
+        """The end of the first window holding ``ts`` (on the sliding interval)."""
+        step = self._slide_ms
+        return ts // step * step + step if self._bound < 0 else _ceil(ts, step)
 
     def _evaluate(self, end_key: tuple[int, float], end_ts: int) -> TupleWindow | None:
         entries, head = self._entries, self._head
         hi = bisect_left(entries, end_key, lo=head)
         if self._length_ms is not None:
             start_ts: int | None = end_ts - self._length_ms
-            lo = bisect_left(entries, (start_ts, _INF), lo=head, hi=hi)
+            lo = bisect_left(entries, (start_ts, self._bound), lo=head, hi=hi)
         else:
             start_ts, lo = None, max(head, hi - self._length_n)
         if lo > head:
@@ -332,18 +342,18 @@ class WindowManager:
         """
         if self._event_time or self._slide_n:
             return None
-        entries, head, step = self._entries, self._head, self._slide_ms
+        entries, head = self._entries, self._head
         if head >= len(entries):
             return None
         end = self._next_end
         if end is None:
-            return _ceil(entries[head][0], step)
+            return self._first_end(entries[head][0])
         if self._length_ms is None:
             return end
-        i = bisect_left(entries, (end - self._length_ms, _INF), lo=head)
+        i = bisect_left(entries, (end - self._length_ms, self._bound), lo=head)
         if i >= len(entries):
             return None
-        return max(end, _ceil(entries[i][0], step))
+        return max(end, self._first_end(entries[i][0]))
 
     # -- state -------------------------------------------------------------------------------
 
