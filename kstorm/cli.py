@@ -1,11 +1,12 @@
-"""The ``kstorm`` command: ``demo``, ``warm-up``, ``doctor`` (``kstorm --help``).
+"""The ``kstorm`` command: ``run``, ``demo``, ``warm-up``, ``doctor`` (``kstorm --help``).
 
 Each subcommand is a function decorated with ``@cli.command()``. Whatever a command raises
 reaches the person as one line and a hint, with exit status 1; ``kstorm -v <command>``
 adds the traceback and INFO logging.
 
-Exit status: 0 success; 1 an error (or the demo's counts differ from the ground truth,
-or ``doctor`` found a missing part); 2 a usage error (unknown option or command).
+Exit status: 0 success (``run``: the topology finished, or stopped on SIGTERM/SIGINT); 1 an
+error (the topology failed, a bad configuration, the demo's counts differ from the ground
+truth, ``doctor`` found a missing part); 2 a usage error (unknown option or command).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import logging
 import sys
 import traceback
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import click
@@ -160,6 +162,48 @@ def warm_up(master: str, if_needed: bool) -> None:
     if received != 200:
         msg = f"the warm-up topology delivered {received} of 200 tuples"
         raise KstormError(msg, hint="this is a bug: please report it with `kstorm -v warm-up`")
+
+
+@cli.command()
+@click.argument("target")
+@click.option("--conf", "conf_file", type=click.Path(path_type=Path, dir_okay=False),
+              help="a config file: .toml, .yaml/.yml or .json, Storm's key names")
+@click.option("-c", "overrides", multiple=True, metavar="KEY=VALUE",
+              help="a config key (repeatable; overrides the file and KSTORM_* variables)")
+@click.option("--name", default=None,
+              help="topology name (default: the transactional id, else from TARGET)")
+def run(target: str, conf_file: Path | None, overrides: tuple[str, ...],
+        name: str | None) -> None:
+    """Run your topology: TARGET is pkg.module:attr (a topology, a builder or a function).
+
+    Configuration: --conf FILE, then KSTORM_<KEY> environment variables (e.g.
+    KSTORM_KAFKA_BOOTSTRAP_SERVERS, KSTORM_CHECKPOINT_DIR), then -c key=value. SIGTERM or
+    SIGINT stops the topology (an interrupted batch is replayed on the next start); with
+    kstorm.trigger = available-now it returns once the topics are drained.
+    """
+    import os
+    import signal
+    import threading
+
+    from kstorm import launcher, submit_topology
+    from kstorm._spark.java import check_java
+
+    conf = launcher.load_conf(conf_file, os.environ, overrides)
+    default_name, topology = launcher.load_topology(target)
+    name = name or topology.transactional_id or default_name
+    check_java()
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    handle = submit_topology(name, conf, topology)
+    click.echo(f"kstorm: topology {name!r} running (checkpoint "
+               f"{handle.settings.checkpoint_for(topology.transactional_id or name)})", err=True)
+    while not stop.is_set():
+        if handle.await_termination(0.5):
+            click.echo(f"kstorm: topology {name!r} finished", err=True)
+            return
+    click.echo(f"kstorm: stopping topology {name!r}", err=True)
+    handle.stop()
 
 
 @cli.command()

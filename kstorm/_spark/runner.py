@@ -78,7 +78,7 @@ def start(name: str, conf: dict[str, Any], topology: StormTopology) -> TopologyH
             offsets = lowest_unacked(offsets, resumed_state[UNACKED_STATE])
         topology = _start_spouts_at(topology, offsets)
     # Step 5
-    spark = get_session(settings)
+    spark = get_session(settings, app_name=name)
     acking = None
     if settings.guarantee is Guarantee.AT_LEAST_ONCE and settings.ackers_enabled:
         acking = acking_plan(topology, plan, n_ackers=settings.acker_executors or 1,

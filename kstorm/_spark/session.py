@@ -22,12 +22,15 @@ _lock = threading.Lock()
 log = logging.getLogger("kstorm")
 
 
-def spark_options(settings: TopologyConfig) -> dict[str, str]:
-    """Spark configuration for a topology (user ``kstorm.spark.conf`` entries win)."""
+def spark_options(settings: TopologyConfig, app_name: str = "kstorm") -> dict[str, str]:
+    """Spark configuration for a topology (user ``kstorm.spark.conf`` entries win).
+
+    ``app_name``: ``spark.app.name``, the name of the topology that started the session.
+    """
     cores = os.cpu_count() or 2
     options = {
         "spark.master": settings.master,
-        "spark.app.name": "kstorm",
+        "spark.app.name": app_name,
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.shuffle.partitions": str(settings.shuffle_partitions or cores),
@@ -58,8 +61,8 @@ def spark_options(settings: TopologyConfig) -> dict[str, str]:
     return {k: v for k, v in options.items() if v != ""}
 
 
-def launch_options(settings: TopologyConfig, *, record_class_cache: bool = False
-                   ) -> dict[str, str]:
+def launch_options(settings: TopologyConfig, *, record_class_cache: bool = False,
+                   app_name: str = "kstorm") -> dict[str, str]:
     """:func:`spark_options` plus the fast-start environment (``kstorm/_spark/launch.py``).
 
     Call it right before creating the session: it sets ``SPARK_HOME`` (unless the user
@@ -69,7 +72,7 @@ def launch_options(settings: TopologyConfig, *, record_class_cache: bool = False
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    options = spark_options(settings)
+    options = spark_options(settings, app_name)
     cache = launch.cache_dir()
     if "SPARK_HOME" not in os.environ:
         try:
@@ -95,8 +98,8 @@ def launch_options(settings: TopologyConfig, *, record_class_cache: bool = False
     return options
 
 
-def get_session(settings: TopologyConfig, *, record_class_cache: bool = False
-                ) -> SparkSession:
+def get_session(settings: TopologyConfig, *, record_class_cache: bool = False,
+                app_name: str = "kstorm") -> SparkSession:
     """The process's SparkSession, created on first use with :func:`launch_options`.
 
     ``record_class_cache`` (``kstorm warm-up``): record the JVM class cache when this
@@ -108,8 +111,8 @@ def get_session(settings: TopologyConfig, *, record_class_cache: bool = False
             return active
         check_java()  # a missing or wrong Java is named here, not as JAVA_GATEWAY_EXITED
         builder = SparkSession.builder
-        for key, value in launch_options(settings,
-                                         record_class_cache=record_class_cache).items():
+        for key, value in launch_options(settings, record_class_cache=record_class_cache,
+                                         app_name=app_name).items():
             builder = builder.config(key, value)
         with _jvm_output_to(log_path()):
             spark = builder.getOrCreate()
