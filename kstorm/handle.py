@@ -23,11 +23,20 @@ log = logging.getLogger("kstorm")
 class TopologyHandle:
     """A running topology (a Spark streaming query plus its commit phase)."""
 
-    def __init__(self, name: str, query: Any, commit: Any, settings: TopologyConfig) -> None:
+    def __init__(self, name: str, query: Any, commit: Any, settings: TopologyConfig,
+                 metrics: Any = None) -> None:
         self.name = name
         self._query = query
         self._commit = commit
         self.settings = settings
+        self._metrics = metrics
+
+    @property
+    def metrics_url(self) -> str | None:
+        """Where Prometheus scrapes this topology (``kstorm.metrics.port``), or None."""
+        if self._metrics is None:
+            return None
+        return f"http://127.0.0.1:{self._metrics.port}/metrics"
 
     @property
     def sinks(self) -> dict[str, BaseSink]:
@@ -100,6 +109,9 @@ class TopologyHandle:
         except Exception as exc:  # the query's own failure, re-raised by Spark on stop
             log.debug("topology %r stopped after failing: %s", self.name, failure(self.name, exc))
         self._commit.close()
+        if self._metrics is not None:
+            self._metrics.close()
+            self._metrics = None
 
 
 def failure(name: str, exc: BaseException, own: BaseException | None = None) -> KstormError:

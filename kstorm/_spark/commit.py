@@ -89,6 +89,7 @@ from kstorm.tuple import Tuple
 
 log = logging.getLogger("kstorm.commit")
 debug_log = logging.getLogger("kstorm.debug")
+progress_log = logging.getLogger("kstorm.progress")  # one INFO line per committed batch
 
 UNACKED_STATE = "acking:lowest-unacked"  # sink state entry: where tracked spouts resume
 
@@ -254,10 +255,12 @@ class CommitPhase:
         if self.reliability is not None and reliable is not None:
             state[UNACKED_STATE] = self.reliability.resume_state(batch_id, reliable)
         ends = offsets.kafka_ends()
+        delivered = 0
         for sink_id, sink in self.sinks.items():
             rows = by_dest.pop(sink_id, EMPTY)
             batch = SinkBatch(txid, batch_id, self._tuples(rows) + extra.get(sink_id, []),
                               ends, state)
+            delivered += len(batch.tuples)
             self._commit_sink(sink_id, sink, batch)
         # Step 7: dead letters.
         dead = by_dest.pop(DEAD_LETTER, EMPTY)
@@ -284,7 +287,14 @@ class CommitPhase:
         for dest in by_dest:
             log.error("batch %s: %d rows for unknown destination %r", batch_id,
                       by_dest[dest].num_rows, dest)
-        self.progress.batch_committed(batch_id, offsets.summary(), time.monotonic() - started)
+        seconds = time.monotonic() - started
+        self.progress.batch_committed(batch_id, offsets.summary(), seconds)
+        if progress_log.isEnabledFor(logging.INFO):
+            progress_log.info(
+                "topology %r batch %s (txid %s): %d tuples to sinks, %d dead letters, "
+                "commit %.0f ms, ends %s", self.name, batch_id, txid, delivered,
+                dead.num_rows + (len(reliable.dead_letters) if reliable is not None else 0),
+                1000 * seconds, offsets.summary())
 
     def _transactional_ends(self, offsets: Any, by_dest: dict[str, pa.Table]
                             ) -> dict[str, dict[str, Any]]:

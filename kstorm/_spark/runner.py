@@ -99,6 +99,7 @@ def start(name: str, conf: dict[str, Any], topology: StormTopology) -> TopologyH
                                     max_bytes=settings.dead_letter_max_bytes)
     commit = CommitPhase(topology, name, checkpoint, settings, sinks, resume.txid_base,
                          Progress(), dead_letters, windows, reliability, plan, conf)
+    metrics = _metrics_server(name, commit, settings)
     writer = (compiled.output.writeStream.foreachBatch(commit)
               .option("checkpointLocation", str(checkpoint)).queryName(name))
     if settings.trigger is TriggerMode.AVAILABLE_NOW:
@@ -107,7 +108,32 @@ def start(name: str, conf: dict[str, Any], topology: StormTopology) -> TopologyH
         writer = writer.trigger(processingTime=f"{settings.trigger_interval_ms} milliseconds")
     log.info("starting topology %r (%d stages) checkpoint=%s", name, len(plan.stages),
              checkpoint)
-    return TopologyHandle(name, writer.start(), commit, settings)
+    try:
+        query = writer.start()
+    except BaseException:
+        if metrics is not None:
+            metrics.close()
+        raise
+    return TopologyHandle(name, query, commit, settings, metrics)
+
+
+def _metrics_server(name: str, commit: CommitPhase, settings: TopologyConfig) -> Any:
+    """The Prometheus endpoint (``kstorm.metrics.port``), or None."""
+    if settings.metrics_port is None:
+        return None
+    from kstorm._runtime.metrics import MetricsServer
+
+    try:
+        server = MetricsServer(name, commit.progress, lambda: commit.dead_letters.count,
+                               settings.metrics_port)
+    except OSError as exc:
+        commit.close()
+        msg = (f"topology {name!r}: cannot serve metrics on port {settings.metrics_port}: "
+               f"{exc.strerror or exc}")
+        raise ConfigError(msg, hint="set kstorm.metrics.port to a free port (0 picks one)"
+                          ) from exc
+    log.info("topology %r serves Prometheus metrics on port %d", name, server.port)
+    return server
 
 
 def _check_checkpoint_writable(checkpoint: Path, settings: TopologyConfig) -> None:

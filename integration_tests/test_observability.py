@@ -1,0 +1,60 @@
+"""Watching a running topology: a Prometheus endpoint and one log line per committed batch."""
+
+from __future__ import annotations
+
+import logging
+import socket
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+from topologies import SplitSentence
+
+from kstorm import Fields, TopologyBuilder, submit_topology
+from kstorm.errors import ConfigError
+from kstorm.testing import CaptureSink, ListSpout
+
+pytestmark = pytest.mark.integration
+
+
+def _topology() -> Any:
+    builder = TopologyBuilder()
+    builder.set_spout("words", ListSpout([[["a b"], ["b"]], [["c"]]], Fields("line")))
+    builder.set_bolt("split", SplitSentence("line")).shuffle_grouping("words")
+    builder.set_bolt("out", CaptureSink()).shuffle_grouping("split")
+    return builder.create_topology()
+
+
+def test_metrics_endpoint_and_a_log_line_per_batch(spark: Any, tmp_path: Path,
+                                                   caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="kstorm.progress")
+    handle = submit_topology("observed", {"kstorm.checkpoint.dir": str(tmp_path / "ck"),
+                                          "kstorm.trigger": "available-now",
+                                          "kstorm.metrics.port": 0}, _topology())
+    try:
+        assert handle.await_termination(180)
+        assert handle.metrics_url is not None
+        body = urllib.request.urlopen(handle.metrics_url, timeout=5).read().decode()  # noqa: S310
+        batches = handle.progress["batches"]
+        assert f'kstorm_batches_total{{topology="observed"}} {float(batches)}' in body
+        assert ('kstorm_component_events_total{component="split",event="emitted",'
+                'topology="observed"} 4.0') in body
+        lines = [r.getMessage() for r in caplog.records if r.name == "kstorm.progress"]
+        assert len(lines) == batches and "topology 'observed' batch 0 (txid 0)" in lines[0]
+        port = int(handle.metrics_url.split(":")[2].split("/")[0])
+    finally:
+        handle.stop()
+    with socket.socket() as probe:  # closed with the topology
+        assert probe.connect_ex(("127.0.0.1", port)) != 0
+
+
+def test_a_busy_metrics_port_is_a_clear_error(spark: Any, tmp_path: Path) -> None:
+    with socket.socket() as busy:
+        busy.bind(("0.0.0.0", 0))  # noqa: S104
+        busy.listen()
+        port = busy.getsockname()[1]
+        with pytest.raises(ConfigError, match=rf"cannot serve metrics on port {port}"):
+            submit_topology("busy", {"kstorm.checkpoint.dir": str(tmp_path / "ck"),
+                                     "kstorm.trigger": "available-now",
+                                     "kstorm.metrics.port": port}, _topology())
