@@ -1,4 +1,4 @@
-"""The ``kstorm`` command: ``run``, ``demo``, ``warm-up``, ``doctor`` (``kstorm --help``).
+"""The ``kstorm`` command: ``run``, ``submit``, ``demo``, ``warm-up``, ``doctor``.
 
 Each subcommand is a function decorated with ``@cli.command()``. Whatever a command raises
 reaches the person as one line and a hint, with exit status 1; ``kstorm -v <command>``
@@ -204,6 +204,50 @@ def run(target: str, conf_file: Path | None, overrides: tuple[str, ...],
             return
     click.echo(f"kstorm: stopping topology {name!r}", err=True)
     handle.stop()
+
+
+@cli.command(context_settings={"ignore_unknown_options": True})
+@click.argument("target")
+@click.option("--master", default=None, help="Spark master (spark://..., k8s://..., yarn); "
+              "default: spark-submit's")
+@click.option("--conf", "conf_file", type=click.Path(path_type=Path, dir_okay=False),
+              help="a kstorm config file (shipped with the application)")
+@click.option("-c", "overrides", multiple=True, metavar="KEY=VALUE", help="a kstorm config key")
+@click.option("--name", default=None, help="topology name")
+@click.option("--dry-run", is_flag=True, help="print the spark-submit command, run nothing")
+@click.argument("spark_args", nargs=-1, type=click.UNPROCESSED)
+def submit(target: str, master: str | None, conf_file: Path | None,
+           overrides: tuple[str, ...], name: str | None, dry_run: bool,
+           spark_args: tuple[str, ...]) -> None:
+    """Ship your project to a Spark cluster and run TARGET there with spark-submit.
+
+    Zips the current directory's packages and modules (not tests, benchmarks or virtual
+    environments) as --py-files, and runs `kstorm run TARGET` in the driver spark-submit
+    starts. Arguments after `--` go to spark-submit (e.g. -- --deploy-mode client
+    --executor-memory 2g). kstorm and its dependencies must be installed in the same
+    Python on every machine.
+    """
+    import subprocess
+    import tempfile
+
+    from kstorm import launcher
+    from kstorm._spark.launch import spark_submit_command
+
+    with tempfile.TemporaryDirectory(prefix="kstorm-submit-") as tmp:
+        archive = Path(tmp) / "project.zip"
+        shipped = launcher.project_archive(Path.cwd(), archive)
+        submit_args = [*(["--master", master] if master else []), *spark_args]
+        run_args = [*(["--conf", str(conf_file.resolve())] if conf_file else []),
+                    *[a for o in overrides for a in ("-c", o)],
+                    *(["--name", name] if name else [])]
+        command = spark_submit_command(target, archive, submit_args, run_args)
+        click.echo(f"kstorm: shipping {', '.join(shipped) or 'nothing'}", err=True)
+        click.echo("kstorm: " + " ".join(command), err=True)
+        if dry_run:
+            return
+        code = subprocess.call(command)
+    if code:
+        raise click.exceptions.Exit(code)
 
 
 @cli.command()

@@ -15,6 +15,7 @@ Example:
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from enum import StrEnum
 from pathlib import Path
@@ -97,7 +98,7 @@ class TopologyConfig(BaseModel):
     kafka_client_config: dict[str, Any] = Field(default_factory=dict,
                                                 alias="kafka.client.config")
     # Spark
-    master: str = Field("local[*]", alias="kstorm.spark.master")
+    master: str | None = Field(None, alias="kstorm.spark.master")  # None: see spark_master
     checkpoint_dir: Path | None = Field(None, alias="kstorm.checkpoint.dir")
     checkpoint_root: Path = Field(Path(".kstorm/checkpoints"), alias="kstorm.checkpoint.root")
     trigger: TriggerMode = Field(TriggerMode.CONTINUOUS, alias="kstorm.trigger")
@@ -167,6 +168,17 @@ class TopologyConfig(BaseModel):
             )
             msg = f"invalid topology configuration: {problems}"
             raise ConfigError(msg) from exc
+
+    @property
+    def spark_master(self) -> str | None:
+        """The master kstorm sets (None: leave it to ``spark-submit --master``).
+
+        ``kstorm.spark.master`` when set; else ``local[*]``, except in a driver that
+        ``spark-submit`` started, whose ``--master`` then decides.
+        """
+        if self.master is not None:
+            return self.master
+        return None if os.environ.get("PYSPARK_GATEWAY_PORT") else "local[*]"
 
     def checkpoint_for(self, topology_name: str) -> Path:
         """The checkpoint directory of ``topology_name`` (one per topology by default)."""

@@ -154,3 +154,44 @@ def load_topology(target: str) -> tuple[str, StormTopology]:
     generic = attr in ("topology", "build", "build_topology", "main")
     name = module_name.rsplit(".", 1)[-1] if generic else attr
     return name, found
+
+
+_NOT_SHIPPED = {"tests", "test", "integration_tests", "bench", "docs", "build", "dist",
+                "node_modules", "venv", "env", "site-packages"}
+
+
+def project_archive(root: Path, out: Path) -> list[str]:
+    """Zip ``root``'s top-level packages and modules (your project) into ``out``.
+
+    Packages are directories with an ``__init__.py``; tests, benchmarks, build output,
+    virtual environments and hidden directories stay out. Returns what was shipped.
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as tmp:
+        ...     root = Path(tmp)
+        ...     _ = (root / "app").mkdir(), (root / "app" / "__init__.py").write_text("")
+        ...     _ = (root / "tests").mkdir(), (root / "tests" / "__init__.py").write_text("")
+        ...     _ = (root / "run.py").write_text("")
+        ...     project_archive(root, root / "out.zip")
+        ['app', 'run.py']
+    """
+    import zipfile
+
+    shipped: list[str] = []
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as archive:
+        for entry in sorted(root.iterdir()):
+            name = entry.name
+            if name.startswith((".", "_")) and name != "__init__.py" or name in _NOT_SHIPPED:
+                continue
+            if entry.is_dir() and (entry / "__init__.py").is_file():
+                for file in sorted(entry.rglob("*.py")):
+                    if not any(p.startswith(".") or p == "__pycache__"
+                               for p in file.relative_to(root).parts):
+                        archive.write(file, file.relative_to(root).as_posix())
+                shipped.append(name)
+            elif entry.is_file() and entry.suffix == ".py" and entry != out:
+                archive.write(entry, name)
+                shipped.append(name)
+    return shipped
+

@@ -33,6 +33,7 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 log = logging.getLogger("kstorm")
@@ -199,3 +200,14 @@ def log_path() -> Path:
     """Where the JVM's (and its Python workers') console output goes."""
     return Path(os.environ.get("KSTORM_SPARK_LOG") or
                 Path(tempfile.gettempdir()) / f"kstorm-spark-{os.getpid()}.log")
+
+
+def spark_submit_command(target: str, archive: Path, submit_args: Iterable[str],
+                         run_args: Iterable[str]) -> list[str]:
+    """The ``spark-submit`` command that runs ``target`` with the project ``archive``."""
+    import pyspark
+
+    home = Path(pyspark.__file__).parent
+    main = Path(__file__).resolve().parent.parent / "_submit_main.py"
+    return [str(home / "bin" / "spark-submit"), "--py-files", str(archive), *submit_args,
+            str(main), target, *run_args]

@@ -28,8 +28,10 @@ def spark_options(settings: TopologyConfig, app_name: str = "kstorm") -> dict[st
     ``app_name``: ``spark.app.name``, the name of the topology that started the session.
     """
     cores = os.cpu_count() or 2
+    master = settings.spark_master or ""
+    local = master.startswith("local")
     options = {
-        "spark.master": settings.master,
+        "spark.master": master,
         "spark.app.name": app_name,
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
@@ -54,8 +56,8 @@ def spark_options(settings: TopologyConfig, app_name: str = "kstorm") -> dict[st
         "spark.sql.streaming.metricsEnabled": "false",
         "spark.sql.session.timeZone": "UTC",
         "spark.driver.extraJavaOptions": "-XX:+UseParallelGC -Xss4m",
-        "spark.driver.host": "127.0.0.1" if settings.master.startswith("local") else "",
-        "spark.driver.bindAddress": "127.0.0.1" if settings.master.startswith("local") else "",
+        "spark.driver.host": "127.0.0.1" if local else "",
+        "spark.driver.bindAddress": "127.0.0.1" if local else "",
     }
     options.update(settings.spark_conf)
     return {k: v for k, v in options.items() if v != ""}
@@ -118,7 +120,7 @@ def get_session(settings: TopologyConfig, *, record_class_cache: bool = False,
             spark = builder.getOrCreate()
         spark.sparkContext.setLogLevel("ERROR")
         log.info("Spark %s started (%s); JVM and Python worker output in %s", spark.version,
-                 settings.master, log_path())
+                 spark.sparkContext.master, log_path())
         _warm_workers(spark)
         return spark
 
