@@ -172,7 +172,7 @@ def run(args: argparse.Namespace) -> int:
             "kstorm.checkpoint.dir": args.checkpoint,
             "kstorm.trigger": "continuous",
             "kstorm.trigger.interval.ms": args.trigger_ms,
-            "kstorm.spark.master": "local[2]",
+            "kstorm.spark.master": args.master,
             "kstorm.shuffle.partitions": 2}
     topology = build_topology(args.topic, args.redis_url, args.prefix or args.name,
                               mode=args.mode, max_per_batch=args.max_per_batch)
@@ -221,6 +221,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--max-per-batch", type=int, default=25_000)
     parser.add_argument("--trigger-ms", type=int, default=100)
     parser.add_argument("--timeout", type=float, default=300.0)
+    parser.add_argument("--master", default="local[2]", help="Spark master")
     return parser.parse_args(argv)
 
 

@@ -120,6 +120,7 @@ class Scenario:
     dir: Path
     rng: random.Random
     mode: str = "opaque"
+    extra_argv: list[str] = field(default_factory=list)
     runs: list[TopologyProcess] = field(default_factory=list)
     kills: int = 0
     timeline: list[str] = field(default_factory=list)
@@ -154,7 +155,7 @@ class Scenario:
         argv = ["--bootstrap", self.bootstrap, "--redis-url", self.redis_url,
                 "--topic", self.topic, "--checkpoint", str(self.checkpoint), "--name",
                 self.name, "--mode", self.mode, "--max-per-batch", str(MAX_PER_BATCH),
-                "--timeout", str(RUN_TIMEOUT)]
+                "--timeout", str(RUN_TIMEOUT), *self.extra_argv]
         run = TopologyProcess.start(argv, self.dir, f"run{len(self.runs) + 1}", env)
         self.runs.append(run)
         self.note(f"run{len(self.runs)} started (pid {run.pid}, sink txid {self.txid()})")
@@ -265,7 +266,7 @@ class Scenario:
                 return
         raise AssertionError(f"no run drained the topic\n{self.report()}")
 
-    def check(self, data: Dataset) -> None:
+    def check(self, data: Dataset, kills: int = 3) -> None:
         """Redis holds exactly the ground truth; the record holds the topic's end offsets."""
         client = self.client()
         names = sorted(client.scan_iter(match=f"{self.name}:*", count=1000))
@@ -288,9 +289,9 @@ class Scenario:
                             f"expected, got: {wrong[:8]}")
         if offsets != data.ends:
             problems.append(f"sink offsets {offsets} != topic ends {data.ends}")
-        if self.kills != 3:
-            problems.append(f"{self.kills} kills happened, 3 were planned (runs drained "
-                            "too soon: lower MAX_PER_BATCH)")
+        if self.kills != kills:
+            problems.append(f"{self.kills} kills happened, {kills} were planned (runs "
+                            "drained too soon: lower MAX_PER_BATCH)")
         assert not problems, "\n".join([*problems, self.report(record)])
         print(f"\n{self.name}: {len(got)} windows exact, {data.late} late records excluded, "
               f"record {record}\n" + "\n".join(self.timeline))
