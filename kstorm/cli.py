@@ -1,4 +1,4 @@
-"""The ``kstorm`` command: ``run``, ``submit``, ``demo``, ``warm-up``, ``doctor``.
+"""The ``kstorm`` command: ``run``, ``submit``, ``describe``, ``demo``, ``warm-up``, ``doctor``.
 
 Each subcommand is a function decorated with ``@cli.command()``. Whatever a command raises
 reaches the person as one line and a hint, with exit status 1; ``kstorm -v <command>``
@@ -248,6 +248,18 @@ def submit(target: str, master: str | None, conf_file: Path | None,
         code = subprocess.call(command)
     if code:
         raise click.exceptions.Exit(code)
+
+
+@cli.command()
+@click.argument("target")
+@click.option("--mermaid", is_flag=True, help="print a Mermaid flowchart instead")
+def describe(target: str, mermaid: bool) -> None:
+    """Show TARGET's components, groupings and compiled Spark plan (pkg.module:attr)."""
+    from kstorm import describe as describing
+    from kstorm import launcher
+
+    _, topology = launcher.load_topology(target)
+    click.echo(describing.mermaid(topology) if mermaid else describing.describe(topology))
 
 
 @cli.command()

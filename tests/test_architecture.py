@@ -24,6 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("kstorm", "sinks", "serdes")
 FACADE = {"kstorm.runtime", "kstorm.testing", "kstorm.cli", "kstorm.demo", "kstorm.embedded",
           "kstorm.doctor", "kstorm.launcher", "kstorm._submit_main",
+          "kstorm.describe",
           "kstorm._warmup_topology", "kstorm.__init__"}
 # Pure value modules every layer may use: the wire contract, the connection value, the
 # reserved ids and the test hooks.

@@ -43,3 +43,22 @@ def test_a_remote_checkpoint_uri_is_refused_not_mapped_to_a_local_folder(uri: st
 def test_file_uris_and_paths_are_local_paths(given: str, path: str) -> None:
     assert str(TopologyConfig.from_conf({"kstorm.checkpoint.dir": given}).checkpoint_dir) \
         == path
+
+
+def test_an_unreachable_redis_is_named_at_submit(tmp_path: Path) -> None:
+    import time
+
+    from kstorm.embedded import free_port
+    from kstorm.errors import SinkError
+    from sinks.redis import RedisConfig, RedisSink
+
+    url = f"redis://127.0.0.1:{free_port()}/0"
+    builder = TopologyBuilder()
+    builder.set_spout("words", ListSpout([[["a"]]], Fields("word")))
+    builder.set_bolt("store", RedisSink(RedisConfig.from_url(url), key="k:{word}",
+                                        value="word")).shuffle_grouping("words")
+    started = time.monotonic()
+    with pytest.raises(SinkError, match=rf"RedisSink\({url}.*Connection refused"):
+        submit_topology("t", {"kstorm.checkpoint.dir": str(tmp_path / "ck")},
+                        builder.create_topology())
+    assert time.monotonic() - started < 15
