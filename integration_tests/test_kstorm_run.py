@@ -1,7 +1,8 @@
 """``kstorm run pkg.module:attr`` runs a user's topology from the command line.
 
 Config from a TOML file, ``KSTORM_*`` environment variables and ``-c``; available-now returns
-0 once the topic is drained; SIGTERM stops a continuous run and exits 0.
+0 once the topic is drained; SIGTERM stops a continuous run and exits 0, and a restart from
+its checkpoint finishes with every window exact.
 """
 
 from __future__ import annotations
@@ -83,3 +84,15 @@ def test_sigterm_stops_a_continuous_run_and_exits_0(
                 os.killpg(process.pid, signal.SIGKILL)
                 process.wait(30)
     assert f"stopping topology '{topic_name}'" in log.read_text()
+
+    # started again from its checkpoint, it finishes exactly: no window counted twice
+    done = subprocess.run(
+        [sys.executable, "-m", "kstorm.cli", "run", "examples.page_views:topology",
+         "--name", topic_name, "-c", "kstorm.trigger=available-now"],
+        env=_env(kafka, redis_server, topic_name, tmp_path / "ck"), cwd=tmp_path,
+        capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stderr[-3000:]
+    client = redis.Redis.from_url(redis_server.url, decode_responses=True)
+    stored = {k: json.loads(client.get(k)) for k in client.keys("page-views:/cart:*")
+              if int(k.rsplit(":", 1)[1]) in (BASE, BASE + 10_000)}
+    assert {v["views"] for v in stored.values()} == {100} and len(stored) == 2

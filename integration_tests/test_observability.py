@@ -58,3 +58,29 @@ def test_a_busy_metrics_port_is_a_clear_error(spark: Any, tmp_path: Path) -> Non
             submit_topology("busy", {"kstorm.checkpoint.dir": str(tmp_path / "ck"),
                                      "kstorm.trigger": "available-now",
                                      "kstorm.metrics.port": port}, _topology())
+
+
+def test_counters_move_while_it_runs(spark: Any, tmp_path: Path) -> None:
+    import time
+
+    builder = TopologyBuilder()
+    builder.set_spout("words", ListSpout([[[f"w{b} x"]] for b in range(8)], Fields("line")))
+    builder.set_bolt("split", SplitSentence("line")).shuffle_grouping("words")
+    builder.set_bolt("out", CaptureSink()).shuffle_grouping("split")
+    handle = submit_topology("moving", {"kstorm.checkpoint.dir": str(tmp_path / "ck"),
+                                        "kstorm.trigger": "continuous",
+                                        "kstorm.trigger.interval.ms": 300,
+                                        "kstorm.metrics.port": 0}, builder.create_topology())
+    try:
+        seen: list[float] = []
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and (len(set(seen)) < 3 or seen[-1] < 8):
+            body = urllib.request.urlopen(handle.metrics_url, timeout=5).read().decode()  # noqa: S310
+            for line in body.splitlines():
+                if line.startswith('kstorm_batches_total{topology="moving"}'):
+                    seen.append(float(line.split()[-1]))
+            time.sleep(0.2)
+        assert len(set(seen)) >= 3, seen  # scraped at three different points of the run
+        assert seen == sorted(seen) and seen[-1] >= 8, seen
+    finally:
+        handle.stop()
