@@ -84,3 +84,41 @@ def test_counters_move_while_it_runs(spark: Any, tmp_path: Path) -> None:
         assert seen == sorted(seen) and seen[-1] >= 8, seen
     finally:
         handle.stop()
+
+
+def test_the_batch_line_has_inputs_late_tuples_and_the_watermark(
+        spark: Any, kafka: Any, topic_name: str, tmp_path: Path, produce: Any,
+        caplog: pytest.LogCaptureFixture) -> None:
+    import json
+
+    from kstorm import KafkaSpout
+    from kstorm._kafka.client import create_topic
+    from kstorm.windowing import Duration
+    from kstorm.windowing.aggregate import Agg, WindowedAggregate
+    from serdes import JsonSerde
+
+    create_topic(kafka.bootstrap_servers, topic_name, 1)
+    stamps = [*range(0, 50_000, 1000), 1_000, *range(50_000, 100_000, 1000)]  # one late
+    produce(kafka.bootstrap_servers, topic_name,
+            [json.dumps({"key": "a", "ts": ts}) for ts in stamps])
+    builder = TopologyBuilder()
+    builder.set_spout("events", KafkaSpout(topic_name, value_serde=JsonSerde(
+        {"key": str, "ts": int}), max_offsets_per_batch=51, first_batch_max_offsets=51))
+    builder.set_bolt("per_key", WindowedAggregate(key="key", n=Agg.count())
+                     .with_tumbling_window(Duration.seconds(10)).with_timestamp_field("ts")
+                     .with_lag(Duration.seconds(5))).fields_grouping("events", Fields("key"))
+    builder.set_bolt("out", CaptureSink()).shuffle_grouping("per_key")
+    caplog.set_level(logging.INFO, logger="kstorm.progress")
+    handle = submit_topology(topic_name, {"kafka.bootstrap.servers": kafka.bootstrap_servers,
+                                          "kstorm.checkpoint.dir": str(tmp_path / "ck"),
+                                          "kstorm.trigger": "available-now"},
+                             builder.create_topology())
+    try:
+        assert handle.await_termination(180)
+    finally:
+        handle.stop()
+    lines = [r.getMessage() for r in caplog.records if r.name == "kstorm.progress"]
+    assert len(lines) == 2, lines
+    assert "in events ? records" in lines[0] and "1 late" in lines[0]
+    assert "in events 50 records" in lines[1] and "0 late" in lines[1]
+    assert "watermark {'per_key': 94000}" in lines[1], lines[1]

@@ -290,11 +290,34 @@ class CommitPhase:
         seconds = time.monotonic() - started
         self.progress.batch_committed(batch_id, offsets.summary(), seconds)
         if progress_log.isEnabledFor(logging.INFO):
+            late = sum(v for c in metrics for k, v in c.items()
+                       if k.endswith(".late") and isinstance(v, int))
+            marks = {w.component: snap.watermark for w, snap in persist
+                     if snap.watermark is not None}
             progress_log.info(
-                "topology %r batch %s (txid %s): %d tuples to sinks, %d dead letters, "
-                "commit %.0f ms, ends %s", self.name, batch_id, txid, delivered,
+                "topology %r batch %s (txid %s): in %s; %d tuples to sinks, %d late, %d dead "
+                "letters; watermark %s; commit %.0f ms; ends %s", self.name, batch_id, txid,
+                self._inputs(batch_id, offsets), delivered, late,
                 dead.num_rows + (len(reliable.dead_letters) if reliable is not None else 0),
-                1000 * seconds, offsets.summary())
+                marks or "-", 1000 * seconds, offsets.summary())
+
+    def _inputs(self, batch_id: int, offsets: Any) -> str:
+        """Records read per Kafka spout in this batch (its ends minus the previous batch's)."""
+        if not self._kafka:
+            return "-"
+        before = read_batch(self.checkpoint, batch_id - 1, self._spouts,
+                            kafka_spouts=self._kafka) if batch_id > 0 else None
+        parts = []
+        for spout in sorted(self._kafka):
+            ends = offsets.ends_of(spout)
+            if before is None or spout not in before.spouts:
+                parts.append(f"{spout} ? records")
+                continue
+            old = before.ends_of(spout)
+            n = sum(end - old.get(t, {}).get(p, end) for t, ps in ends.items()
+                    for p, end in ps.items())
+            parts.append(f"{spout} {n} records")
+        return ", ".join(parts)
 
     def _transactional_ends(self, offsets: Any, by_dest: dict[str, pa.Table]
                             ) -> dict[str, dict[str, Any]]:
