@@ -111,12 +111,16 @@ def test_the_batch_line_has_inputs_late_tuples_and_the_watermark(
     caplog.set_level(logging.INFO, logger="kstorm.progress")
     handle = submit_topology(topic_name, {"kafka.bootstrap.servers": kafka.bootstrap_servers,
                                           "kstorm.checkpoint.dir": str(tmp_path / "ck"),
-                                          "kstorm.trigger": "available-now"},
+                                          "kstorm.trigger": "available-now",
+                                          "kstorm.metrics.port": 0},
                              builder.create_topology())
     try:
         assert handle.await_termination(180)
+        body = urllib.request.urlopen(handle.metrics_url, timeout=10).read().decode()  # noqa: S310
     finally:
         handle.stop()
+    assert (f'kstorm_consumer_lag{{partition="0",spout="events",topic="{topic_name}",'
+            f'topology="{topic_name}"}} 0.0') in body  # drained
     lines = [r.getMessage() for r in caplog.records if r.name == "kstorm.progress"]
     assert len(lines) == 2, lines
     assert "in events ? records" in lines[0] and "1 late" in lines[0]

@@ -44,3 +44,26 @@ def test_served_over_http_on_a_free_port_until_closed() -> None:
         assert 'kstorm_batches_total{topology="wc"} 1.0' in body  # read at scrape time
     finally:
         server.close()
+
+
+def test_consumer_lag_is_asked_at_scrape_time_and_never_negative() -> None:
+    progress = Progress()
+    progress.batch_committed(0, {"words": {"events": {"0": 100, "1": 50}}}, 0.1)
+    asked: list[tuple[str, list[tuple[str, int]]]] = []
+
+    def highs(spout: str, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        asked.append((spout, partitions))
+        return {("events", 0): 130, ("events", 1): 40}  # a broker reporting a short high mark
+
+    text = generate_latest(registry_for("wc", progress, lambda: 0, highs)).decode()
+    assert asked == [("words", [("events", 0), ("events", 1)])]
+    assert 'kstorm_consumer_lag{partition="0",spout="words",topic="events",topology="wc"} 30.0' \
+        in text
+    assert 'kstorm_consumer_lag{partition="1",spout="words",topic="events",topology="wc"} 0.0' \
+        in text
+
+    def down(spout: str, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        raise RuntimeError("broker away")
+
+    text = generate_latest(registry_for("wc", progress, lambda: 0, down)).decode()
+    assert "kstorm_batches_total" in text and 'kstorm_consumer_lag{' not in text

@@ -18,6 +18,9 @@ metric                                    type      labels
 ``kstorm_dead_letters_total``             counter   topology
 ``kstorm_source_end_offset``              gauge     topology, spout, topic, partition (the
                                                     last committed batch's end offsets)
+``kstorm_consumer_lag``                   gauge     topology, spout, topic, partition: the
+                                                    partition's high watermark (asked at
+                                                    scrape time) minus that end offset
 ========================================  ========  ======================================
 
 Example:
@@ -32,6 +35,7 @@ Example:
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -40,11 +44,18 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from kstorm._runtime.progress import Progress
 
+log = logging.getLogger("kstorm.metrics")
+
+
+HighWatermarks = Callable[[str, list[tuple[str, int]]], dict[tuple[str, int], int]]
+"""``(spout, [(topic, partition)...]) -> {(topic, partition): high watermark}``."""
+
 
 class _ProgressCollector:
-    def __init__(self, topology: str, progress: Progress, dead_letters: Callable[[], int]
-                 ) -> None:
+    def __init__(self, topology: str, progress: Progress, dead_letters: Callable[[], int],
+                 highs: HighWatermarks | None = None) -> None:
         self.topology, self.progress, self.dead_letters = topology, progress, dead_letters
+        self.highs = highs
 
     def collect(self) -> Iterator[Metric]:
         snap = self.progress.snapshot()
@@ -83,11 +94,26 @@ class _ProgressCollector:
         offsets = GaugeMetricFamily("kstorm_source_end_offset",
                                     "End offset of the last committed batch, per partition",
                                     labels=["topology", "spout", "topic", "partition"])
+        lag = GaugeMetricFamily("kstorm_consumer_lag",
+                                "Records in the partition after the last committed batch",
+                                labels=["topology", "spout", "topic", "partition"])
         for spout, ends in sorted(snap["offsets"].items()):
-            for topic, partitions in _topics(ends):
-                for partition, offset in sorted(partitions.items()):
-                    offsets.add_metric([t, spout, topic, str(partition)], offset)
+            committed = {(topic, int(p)): end for topic, partitions in _topics(ends)
+                         for p, end in partitions.items()}
+            for (topic, partition), offset in sorted(committed.items()):
+                offsets.add_metric([t, spout, topic, str(partition)], offset)
+            if self.highs is not None and committed:
+                try:
+                    highs = self.highs(spout, sorted(committed))
+                except Exception:  # noqa: BLE001 - a scrape never fails for lag
+                    log.warning("metrics: no high watermarks for spout %r", spout,
+                                exc_info=True)
+                    highs = {}
+                for (topic, partition), high in sorted(highs.items()):
+                    lag.add_metric([t, spout, topic, str(partition)],
+                                   max(0, high - committed[(topic, partition)]))
         yield offsets
+        yield lag
 
 
 def _topics(ends: Any) -> Iterator[tuple[str, dict[Any, int]]]:
@@ -99,11 +125,11 @@ def _topics(ends: Any) -> Iterator[tuple[str, dict[Any, int]]]:
             yield topic, partitions
 
 
-def registry_for(topology: str, progress: Progress, dead_letters: Callable[[], int]
-                 ) -> CollectorRegistry:
+def registry_for(topology: str, progress: Progress, dead_letters: Callable[[], int],
+                 highs: HighWatermarks | None = None) -> CollectorRegistry:
     """A registry whose metrics are the topology's progress at scrape time."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(_ProgressCollector(topology, progress, dead_letters))  # type: ignore[arg-type]
+    registry.register(_ProgressCollector(topology, progress, dead_letters, highs))  # type: ignore[arg-type]
     return registry
 
 
@@ -111,10 +137,11 @@ class MetricsServer:
     """``/metrics`` over HTTP for one topology (stopped with the topology)."""
 
     def __init__(self, topology: str, progress: Progress, dead_letters: Callable[[], int],
-                 port: int, host: str = "0.0.0.0") -> None:  # noqa: S104 - scraped from outside
+                 port: int, host: str = "0.0.0.0",  # noqa: S104 - scraped from outside
+                 highs: HighWatermarks | None = None) -> None:
         from prometheus_client import start_http_server
 
-        self.registry = registry_for(topology, progress, dead_letters)
+        self.registry = registry_for(topology, progress, dead_letters, highs)
         self._server, self._thread = start_http_server(port, host, registry=self.registry)
         self.port = int(self._server.server_address[1])
 

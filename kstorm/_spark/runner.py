@@ -125,7 +125,7 @@ def _metrics_server(name: str, commit: CommitPhase, settings: TopologyConfig) ->
 
     try:
         server = MetricsServer(name, commit.progress, lambda: commit.dead_letters.count,
-                               settings.metrics_port)
+                               settings.metrics_port, highs=_high_watermarks(commit.topology))
     except OSError as exc:
         commit.close()
         msg = (f"topology {name!r}: cannot serve metrics on port {settings.metrics_port}: "
@@ -134,6 +134,21 @@ def _metrics_server(name: str, commit: CommitPhase, settings: TopologyConfig) ->
                           ) from exc
     log.info("topology %r serves Prometheus metrics on port %d", name, server.port)
     return server
+
+
+def _high_watermarks(topology: StormTopology) -> Any:
+    """For the lag metric: a Kafka spout's partitions' high watermarks, asked at scrape time."""
+    from kstorm._kafka.client import driver_consumer, watermarks
+
+    spouts = {s.id: s.component for s in topology.spouts() if source_kind(s.component) == "kafka"}
+
+    def highs(spout: str, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        if spout not in spouts:
+            return {}
+        consumer = driver_consumer(spouts[spout].client_config("consumer"))
+        return {tp: hi for tp, (_, hi) in watermarks(consumer, partitions, timeout=5.0).items()}
+
+    return highs
 
 
 def _check_checkpoint_writable(checkpoint: Path, settings: TopologyConfig) -> None:
