@@ -118,6 +118,7 @@ class TopologyConfig(BaseModel):
                                              alias="kstorm.bad.input.policy")
     dead_letter_max_bytes: int = Field(900_000, ge=1024, alias="kstorm.dead.letter.max.bytes")
     metrics_port: int | None = Field(None, ge=0, le=65_535, alias="kstorm.metrics.port")
+    topics_must_exist: bool = Field(False, alias="kstorm.topics.must.exist")
     # failing a transaction (seed 002): re-run the batch in place, then the policy
     transaction_max_attempts: int = Field(5, ge=1, alias="kstorm.transaction.max.attempts")
     transaction_backoff_ms: int = Field(200, ge=0, alias="kstorm.transaction.backoff.ms")

@@ -19,6 +19,7 @@ import dataclasses
 import logging
 import os
 import sys
+import time
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, cast
@@ -56,7 +57,7 @@ def start(name: str, conf: dict[str, Any], topology: StormTopology) -> TopologyH
     checkpoint = settings.checkpoint_for(topology.transactional_id or name)
     layout = CheckpointLayout(checkpoint)
     _check_checkpoint_writable(checkpoint, settings)
-    _check_kafka_spouts(topology)
+    missing_topics = _check_kafka_spouts(topology, settings.topics_must_exist)
     # Step 3
     sinks = open_sinks(name, conf, settings, topology, plan.sinks)
     # Step 4
@@ -114,6 +115,8 @@ def start(name: str, conf: dict[str, Any], topology: StormTopology) -> TopologyH
         if metrics is not None:
             metrics.close()
         raise
+    if missing_topics:
+        _watch_missing_topics(name, topology, missing_topics, query)
     return TopologyHandle(name, query, commit, settings, metrics)
 
 
@@ -167,13 +170,19 @@ def _check_checkpoint_writable(checkpoint: Path, settings: TopologyConfig) -> No
         raise ConfigError(msg, hint=f"set {key} to a directory this process can write")
 
 
-def _check_kafka_spouts(topology: StormTopology, timeout_s: float = 10.0) -> None:
-    """Every Kafka spout's brokers answer, and the topics it names exist (not an idle wait)."""
+def _check_kafka_spouts(topology: StormTopology, must_exist: bool, timeout_s: float = 10.0
+                        ) -> dict[str, list[str]]:
+    """Every Kafka spout's brokers answer; returns the topics each names that do not exist.
+
+    A missing topic is an error with ``kstorm.topics.must.exist``, else a warning naming it
+    now and every minute until it exists (:func:`_watch_missing_topics`): never a silent wait.
+    """
     from confluent_kafka import KafkaException
 
     from kstorm._kafka.client import driver_consumer
     from kstorm.errors import SourceError
 
+    absent: dict[str, list[str]] = {}
     for spec in topology.spouts():
         spout: Any = spec.component
         if source_kind(spout) != "kafka":
@@ -195,8 +204,50 @@ def _check_kafka_spouts(topology: StormTopology, timeout_s: float = 10.0) -> Non
                 m.lower() in t.lower() or t.lower() in m.lower() for m in missing))
             msg = (f"spout {spec.id!r}: topic(s) {missing} do not exist at {where}"
                    + (f" (similar: {close[:5]})" if close else ""))
-            raise SourceError(msg, hint="create the topic first, check its name, or use "
-                              "KafkaSpout(pattern=...) to pick topics up as they appear")
+            hint = ("create the topic first, check its name, or use KafkaSpout(pattern=...) "
+                    "to pick topics up as they appear")
+            if must_exist:
+                raise SourceError(msg, hint=hint)
+            log.warning("%s: the spout waits for them (kstorm.topics.must.exist = true makes "
+                        "this an error); %s", msg, hint)
+            absent[spec.id] = missing
+    return absent
+
+
+MISSING_TOPIC_WARNING_S = 60.0
+
+
+def _watch_missing_topics(name: str, topology: StormTopology, missing: dict[str, list[str]],
+                          query: Any) -> None:
+    """Warn every minute while a spout's topics are missing and the topology runs."""
+    import threading
+
+    from kstorm._kafka.client import driver_consumer
+
+    def watch() -> None:
+        waiting = dict(missing)
+        while waiting:
+            time.sleep(MISSING_TOPIC_WARNING_S)
+            if not query.isActive:
+                return
+            for spout_id, topics in list(waiting.items()):
+                spout: Any = topology.components[spout_id].component
+                try:
+                    metadata = driver_consumer(spout.client_config("consumer")).list_topics(
+                        timeout=10.0)
+                except Exception:  # noqa: BLE001 - the next round tries again
+                    continue
+                left = [t for t in topics if t not in metadata.topics
+                        or metadata.topics[t].error is not None]
+                if left:
+                    log.warning("topology %r: spout %r still waits for topic(s) %s", name,
+                                spout_id, left)
+                    waiting[spout_id] = left
+                else:
+                    log.info("topology %r: spout %r's topics exist now", name, spout_id)
+                    del waiting[spout_id]
+
+    threading.Thread(target=watch, name=f"kstorm-topics-{name}", daemon=True).start()
 
 
 def state_only_in_checkpoint(topology: StormTopology, plan: Any) -> dict[str, str]:
