@@ -37,10 +37,18 @@ from kstorm.errors import (
 )
 from kstorm.handle import TopologyHandle
 from kstorm.kafka_spout import KafkaSpout
+from kstorm.redis_state import RedisKeyValueState, RedisKeyValueStateProvider
 from kstorm.runtime import submit_topology
 from kstorm.sink import BaseSink, CommitRecord, SinkBatch, SinkContext
 from kstorm.spout import BaseRichSpout, SpoutOutputCollector
-from kstorm.state import InMemoryKeyValueState, KeyValueState
+from kstorm.state import (
+    InMemoryKeyValueState,
+    InMemoryKeyValueStateProvider,
+    KeyValueState,
+    MemoryKeyValueState,
+    State,
+    StateProvider,
+)
 from kstorm.topology import BoltDeclarer, StormTopology, TopologyBuilder
 from kstorm.transactional import (
     BaseBatchBolt,
@@ -83,6 +91,12 @@ __all__ = [
     "KafkaConnection",
     "KafkaSpout",
     "KeyValueState",
+    "MemoryKeyValueState",
+    "RedisKeyValueState",
+    "RedisKeyValueStateProvider",
+    "State",
+    "StateProvider",
+    "InMemoryKeyValueStateProvider",
     "KstormError",
     "OutputCollector",
     "OutputFieldsDeclarer",

@@ -116,14 +116,38 @@ class BaseStatefulBolt(BaseRichBolt):
     """A bolt with checkpointed :class:`KeyValueState` (Storm ``IStatefulBolt``, seed 000).
 
     ``init_state`` is called with the task's state before each batch; the changes the batch
-    makes are saved atomically with it (Spark's state store, versioned by batch id), so a
-    replayed batch sees the state as it was before its first attempt.
+    makes are saved atomically with it, so a replayed batch sees the state as it was before
+    its first attempt. Where the state lives is ``topology.state.provider``: Spark's state
+    store (``spark``, versioned by batch id) or a provider with seed 000's protocol
+    (``redis``: prepared by the task, committed by the driver after the batch's sinks).
+
+    The hooks (seed 000's ``IStatefulComponent``) are optional; by default they do nothing:
+
+    - ``pre_prepare(txid)``: in the task, just before its changes for ``txid`` are prepared
+      (every provider);
+    - ``pre_commit(txid)``: just before the state of ``txid`` commits: in the task with the
+      ``spark`` provider (Spark commits the state store with the task); on the driver, once
+      per task, with the other providers (on a driver-side copy of the bolt: ``prepare`` is
+      not called on it);
+    - ``pre_rollback()``: on the driver, per task, just before prepared changes are
+      discarded or a commit is taken back (a failed batch attempt re-run in place, recovery
+      at start). With the ``spark`` provider Spark discards a failed batch's state itself
+      and the hook is not called.
     """
 
     def init_state(self, state: KeyValueState) -> None:
         """Receive the task's state."""
         msg = f"{type(self).__name__} must implement init_state(state)"
         raise NotImplementedError(msg)
+
+    def pre_prepare(self, txid: int) -> None:
+        """Called just before the framework prepares the state of ``txid``."""
+
+    def pre_commit(self, txid: int) -> None:
+        """Called just before the framework commits the state of ``txid``."""
+
+    def pre_rollback(self) -> None:
+        """Called just before the framework rolls the prepared state back."""
 
 
 def run_basic(bolt: BaseBasicBolt, collector: BasicOutputCollector, out: OutputCollector,

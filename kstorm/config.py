@@ -79,8 +79,13 @@ class TopologyConfig(BaseModel):
     acker_executors: int | None = Field(None, ge=0, alias="topology.acker.executors")
     message_timeout_secs: int = Field(30, ge=1, alias="topology.message.timeout.secs")
     max_spout_pending: int | None = Field(None, ge=1, alias="topology.max.spout.pending")
-    # where KeyValueState lives (seed 000); only Spark's state store today
-    state_provider: Literal["spark"] = Field("spark", alias="topology.state.provider")
+    # where KeyValueState lives (seed 000): spark (Spark's state store), redis, memory, or a
+    # StateProvider class ("package.module:Class"); Storm's provider class names work too
+    state_provider: str = Field("spark", alias="topology.state.provider")
+    state_provider_config: dict[str, Any] | str | None = Field(
+        None, alias="topology.state.provider.config")
+    # stateful bolts allowed to start with empty state in a topology that committed before
+    state_init_empty: list[str] = Field(default_factory=list, alias="kstorm.state.init.empty")
     # topology.debug: log every emitted tuple on the driver (logger ``kstorm.debug``)
     debug: bool = Field(False, alias="topology.debug")
     # Kafka: the topology's connection (components may override, see KafkaConnection)
@@ -149,6 +154,45 @@ class TopologyConfig(BaseModel):
                "must be a local path, or a file: path on a filesystem every machine mounts")
         raise ValueError(msg)
 
+    @field_validator("state_provider", mode="before")
+    @classmethod
+    def _state_provider(cls, value: Any) -> Any:
+        """spark, redis, memory, Storm's class names for them, or 'package.module:Class'."""
+        if not isinstance(value, str):
+            return value
+        named = _STORM_PROVIDERS.get(value, value)
+        if named in ("spark", "redis", "memory") or ":" in named or "." in named:
+            return named
+        msg = (f"unknown state provider {value!r}: use spark, redis, memory or a "
+               "StateProvider class as 'package.module:Class'")
+        raise ValueError(msg)
+
+    def _check_state_provider_config(self) -> None:
+        if self.state_provider == "redis":
+            from kstorm.redis_state import RedisStateConfig
+
+            RedisStateConfig.parse(self.state_provider_config)  # refuses unusable keys
+        elif self.state_provider in ("spark", "memory") and self.state_provider_config:
+            msg = (f"topology.state.provider.config is set but topology.state.provider = "
+                   f"{self.state_provider!r} takes no configuration")
+            raise ConfigError(msg, hint="remove topology.state.provider.config, or set "
+                              "topology.state.provider = redis")
+
+    def state_provider_instance(self) -> Any:
+        """The :class:`kstorm.state.StateProvider` of ``topology.state.provider`` (not spark)."""
+        from kstorm.state import InMemoryKeyValueStateProvider
+
+        if self.state_provider == "redis":
+            from kstorm.redis_state import RedisKeyValueStateProvider
+
+            return RedisKeyValueStateProvider(self.state_provider_config)
+        if self.state_provider == "memory":
+            return InMemoryKeyValueStateProvider()
+        if self.state_provider == "spark":
+            msg = "topology.state.provider = spark has no provider object: Spark holds state"
+            raise ConfigError(msg)
+        return _custom_provider(self.state_provider)
+
     @classmethod
     def from_conf(cls, conf: Mapping[str, Any] | None) -> TopologyConfig:
         """Validate a Storm-style config mapping; unknown keys are an error."""
@@ -160,7 +204,7 @@ class TopologyConfig(BaseModel):
                        f"setting and disagree: {given}")
                 raise ConfigError(msg)
         try:
-            return cls.model_validate(data)
+            settings = cls.model_validate(data)
         except ValidationError as exc:
             problems = "; ".join(
                 f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']} "
@@ -169,6 +213,8 @@ class TopologyConfig(BaseModel):
             )
             msg = f"invalid topology configuration: {problems}"
             raise ConfigError(msg) from exc
+        settings._check_state_provider_config()
+        return settings
 
     @property
     def spark_master(self) -> str | None:
@@ -236,6 +282,32 @@ class TopologyConfig(BaseModel):
             settings=self.kafka_client_config,
         )
         return base.with_overrides(bootstrap_servers, client_config)
+
+
+_STORM_PROVIDERS = {
+    "org.apache.storm.redis.state.RedisKeyValueStateProvider": "redis",
+    "org.apache.storm.state.InMemoryKeyValueStateProvider": "memory",
+}
+
+
+def _custom_provider(path: str) -> Any:
+    """A user's StateProvider from 'package.module:Class' (or 'package.module.Class')."""
+    import importlib
+
+    module, _, attr = path.partition(":") if ":" in path else path.rpartition(".")
+    try:
+        found: Any = importlib.import_module(module)
+        for part in attr.split("."):
+            found = getattr(found, part)
+    except (ImportError, AttributeError, ValueError) as exc:
+        msg = f"topology.state.provider = {path!r} cannot be imported: {exc}"
+        raise ConfigError(msg, hint="give 'package.module:Class' of a StateProvider "
+                          "importable on the driver and the executors") from exc
+    provider = found() if isinstance(found, type) else found
+    if not callable(getattr(provider, "new_state", None)):
+        msg = f"topology.state.provider = {path!r} has no new_state(namespace, conf, context)"
+        raise ConfigError(msg, hint="implement kstorm.state.StateProvider")
+    return provider
 
 
 def _shown(loc: tuple[Any, ...], value: Any) -> str:

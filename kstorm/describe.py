@@ -43,7 +43,7 @@ def _kind(spec: Any, plan: Any) -> str:
     if stage.windowed:
         return "windowed bolt (per task, Spark state store)"
     if stage.stateful:
-        return "stateful bolt (per task, Spark state store)"
+        return "stateful bolt (per task; KeyValueState in topology.state.provider)"
     if stage.batch:
         return "batch bolt"
     return "bolt"

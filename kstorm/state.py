@@ -105,3 +105,183 @@ class InMemoryKeyValueState:
         self._dirty.clear()
         self._deleted.clear()
         return changed, deleted
+
+
+# -- seed 000's state protocol and providers ---------------------------------------------------
+
+
+@runtime_checkable
+class State(Protocol):
+    """Seed 000's ``State``: changes become durable in two steps keyed by the batch's txid.
+
+    The task's instance calls ``prepare_commit(txid)`` when its batch's tuples are done (the
+    changes are saved aside, not yet visible); the driver calls ``commit(txid)`` once the
+    batch's sinks committed, or ``rollback()`` to discard a prepared txid. kstorm's recovery
+    also needs to know where the state is (``committed_txid``, ``prepared_txid``) and to take
+    back the last commit (``rollback_commit``) when Spark replays a batch whose state already
+    committed (killed between the state's commit and Spark's commit log).
+    """
+
+    def prepare_commit(self, txid: int) -> None:
+        """Save the changes made since the last prepare aside under ``txid``."""
+        ...
+
+    def commit(self, txid: int) -> None:
+        """Make the changes prepared for ``txid`` the committed state (idempotent)."""
+        ...
+
+    def rollback(self) -> None:
+        """Discard the prepared changes."""
+        ...
+
+    def committed_txid(self) -> int | None:
+        """The last txid committed (None: never)."""
+        ...
+
+    def prepared_txid(self) -> int | None:
+        """The txid whose changes are prepared and not committed (None: none)."""
+        ...
+
+    def rollback_commit(self, txid: int) -> None:
+        """Take back the commit of ``txid``, the last one."""
+        ...
+
+
+STATE_METHODS = ("put", "get", "delete", "__iter__", "prepare_commit", "commit", "rollback",
+                 "committed_txid", "prepared_txid", "rollback_commit")
+
+
+class StateProvider(Protocol):
+    """Builds the state of one namespace (seed 000's ``StateProvider``).
+
+    ``new_state(namespace, conf, context)`` returns a :class:`KeyValueState` that also
+    implements :class:`State`. It is called on executors (one instance per task and batch,
+    which reads the committed state and prepares its changes) and on the driver (which
+    commits, rolls back and recovers), so the state must live where both reach it. The
+    provider is picklable (it travels with the topology to executors).
+    """
+
+    def new_state(self, namespace: str, conf: Any, context: Any) -> Any:
+        """The state of ``namespace`` (one task of one component)."""
+        ...
+
+
+def state_namespace(topology: str, component: str, task: int) -> str:
+    """The namespace of one task's state: unique per topology, component and task."""
+    return f"{topology}:{component}:{task}"
+
+
+class _Namespace:
+    """What the memory provider holds for one namespace."""
+
+    __slots__ = ("committed", "data", "prepared", "prepared_txid", "undo", "undo_prev")
+
+    def __init__(self) -> None:
+        self.data: dict[bytes, Any] = {}
+        self.committed: int | None = None
+        self.prepared: dict[bytes, Any] | None = None
+        self.prepared_txid: int | None = None
+        self.undo: dict[bytes, Any] | None = None
+        self.undo_prev: int | None = None
+
+
+_ABSENT = object()
+_MEMORY: dict[str, _Namespace] = {}
+
+
+class MemoryKeyValueState:
+    """Seed 000's in-memory ``KeyValueState``: the full protocol, in this process only.
+
+    Not durable: everything is gone with the process, and Spark's Python workers are other
+    processes than the driver, so the ``memory`` provider is refused on Spark. It is for
+    tests of bolts and of the protocol itself in one process.
+    """
+
+    def __init__(self, namespace: str) -> None:
+        self.namespace = namespace
+        self._ns = _MEMORY.setdefault(namespace, _Namespace())
+        self._pending: dict[bytes, Any] = {}
+        self._keys: dict[bytes, Any] = {}
+
+    def put(self, key: Any, value: Any) -> None:
+        """Set ``key`` to ``value`` (visible to this instance; durable once committed)."""
+        k = encode_key(key)
+        self._keys[k] = key
+        self._pending[k] = pickle.dumps(value, protocol=5)
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        """Value of ``key``, or ``default``."""
+        k = encode_key(key)
+        value = self._pending.get(k, self._ns.data.get(k, _ABSENT))
+        return default if value is _ABSENT else pickle.loads(value)
+
+    def delete(self, key: Any) -> Any:
+        """Remove ``key``; returns its old value (or None)."""
+        old = self.get(key)
+        self._pending[encode_key(key)] = _ABSENT
+        return old
+
+    def __iter__(self) -> Iterator[tuple[Any, Any]]:
+        merged = {**self._ns.data, **self._pending}
+        return iter([(pickle.loads(k), pickle.loads(v)) for k, v in merged.items()
+                     if v is not _ABSENT])
+
+    def prepare_commit(self, txid: int) -> None:
+        """Save the changes made since the last prepare aside under ``txid``."""
+        self._ns.prepared, self._ns.prepared_txid = dict(self._pending), txid
+        self._pending.clear()
+
+    def commit(self, txid: int) -> None:
+        """Make the changes prepared for ``txid`` the committed state (idempotent)."""
+        ns = self._ns
+        if ns.committed == txid:
+            return
+        changes = ns.prepared if ns.prepared_txid == txid else {}
+        ns.undo = {k: ns.data.get(k, _ABSENT) for k in changes or {}}
+        ns.undo_prev = ns.committed
+        for k, v in (changes or {}).items():
+            if v is _ABSENT:
+                ns.data.pop(k, None)
+            else:
+                ns.data[k] = v
+        ns.prepared = ns.prepared_txid = None
+        ns.committed = txid
+
+    def rollback(self) -> None:
+        """Discard the prepared changes (and this instance's pending ones)."""
+        self._pending.clear()
+        self._ns.prepared = self._ns.prepared_txid = None
+
+    def committed_txid(self) -> int | None:
+        """The last txid committed (None: never)."""
+        return self._ns.committed
+
+    def prepared_txid(self) -> int | None:
+        """The txid whose changes are prepared and not committed (None: none)."""
+        return self._ns.prepared_txid
+
+    def rollback_commit(self, txid: int) -> None:
+        """Take back the commit of ``txid``, the last one: the state as before it."""
+        ns = self._ns
+        if ns.committed != txid or ns.undo is None:
+            msg = f"state {self.namespace!r} cannot take back txid {txid} (at {ns.committed})"
+            raise RuntimeError(msg)
+        for k, v in ns.undo.items():
+            if v is _ABSENT:
+                ns.data.pop(k, None)
+            else:
+                ns.data[k] = v
+        ns.committed, ns.undo = ns.undo_prev, None
+
+
+class InMemoryKeyValueStateProvider:
+    """``topology.state.provider = memory`` (Storm's ``InMemoryKeyValueStateProvider``)."""
+
+    def new_state(self, namespace: str, conf: Any, context: Any) -> MemoryKeyValueState:
+        """The state of ``namespace`` (one task of one component)."""
+        return MemoryKeyValueState(namespace)
+
+    @staticmethod
+    def clear() -> None:
+        """Forget every namespace (tests)."""
+        _MEMORY.clear()

@@ -27,7 +27,8 @@ def test_describe_names_components_groupings_stages_and_the_driver() -> None:
     text = describe(_topology())
     assert "split: SplitPath x2, bolt" in text
     assert "<- split: fields(page)" in text
-    assert "count: WindowCount x3, stateful bolt (per task, Spark state store)" in text
+    assert ("count: WindowCount x3, stateful bolt (per task; KeyValueState in "
+            "topology.state.provider)") in text
     assert "results: CaptureSink x1, sink (driver, commit phase)" in text
     assert "input hash-partitioned by task" in text
     assert "commit phase (driver, one batch at a time, in txid order): results" in text

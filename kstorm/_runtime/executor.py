@@ -345,6 +345,10 @@ class StageExecutor:
                 for acker, payload in sorted(self._outbox.payloads().items())]
 
     # ---- execution -----------------------------------------------------------------
+    def bolt(self, component: str, task: int) -> Any:
+        """The bolt instance running ``component``'s task ``task`` in this executor."""
+        return self._tasks[(component, task)].bolt
+
     def _task(self, component: str, task: int) -> _Task:
         key = (component, task)
         found = self._tasks.get(key)

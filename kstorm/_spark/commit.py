@@ -26,6 +26,9 @@ failed attempt is retried in place, then the failure policy applies
    a sink that fails is aborted.
 7. Write dead letters (undecodable records, tuples whose bolt raised, spout tuples out of
    retries) with their reasons: after the sinks, so a retried attempt writes them once.
+   7b. With a state provider other than Spark's: every stateful bolt task's state commits
+   the txid its task prepared (seed 000; ``kstorm/_runtime/state_book.py``). A failed
+   attempt is rolled back there before it re-runs.
 8. Persist each windowed aggregate's state under the batch id (a replay of this batch
    reloads the state of the batch before, so it closes the same windows).
    8b. At least once: persist the spouts' trackers under the batch id and write the books
@@ -70,6 +73,7 @@ from kstorm._runtime.envelope import (
 from kstorm._runtime.plan import Plan, source_kind
 from kstorm._runtime.progress import Progress
 from kstorm._runtime.reliability import SpoutReliability
+from kstorm._runtime.state_book import StateBook
 from kstorm._runtime.transaction import (
     ATTEMPT_PROPERTY,
     DEAD_LETTER_PROPERTY,
@@ -107,7 +111,8 @@ class CommitPhase:
                  progress: Progress, dead_letters: DeadLetterWriter,
                  windows: dict[str, Any] | None = None,
                  reliability: SpoutReliability | None = None,
-                 plan: Plan | None = None, conf: dict[str, Any] | None = None) -> None:
+                 plan: Plan | None = None, conf: dict[str, Any] | None = None,
+                 states: StateBook | None = None) -> None:
         self.topology = topology
         self.name = name
         self.checkpoint = checkpoint
@@ -127,6 +132,7 @@ class CommitPhase:
                                if source_kind(s.component) == "transactional"]
         self.plan = plan
         self.conf = conf or {}
+        self.states = states  # stateful bolts' state outside Spark (seed 000's protocol)
         self.transactions = Transactions(settings.transaction_max_attempts,
                                          settings.transaction_backoff_ms,
                                          settings.transaction_failure_policy,
@@ -147,6 +153,8 @@ class CommitPhase:
                 except Exception as exc:  # noqa: BLE001 - decided below, re-raised if final
                     decision = self.transactions.decide(attempt, exc)
                     self._failed_attempt(txid, attempt, decision)
+                    if self.states is not None and decision.action != "fail":
+                        self.states.rollback(txid)  # the next attempt prepares again
                     if decision.action == "retry":
                         time.sleep(decision.delay_s)
                         attempt += 1
@@ -267,6 +275,10 @@ class CommitPhase:
         self.dead_letters.write(batch_id, [as_record(pickle.loads(v))
                                            for v in dead.column("__vals").to_pylist()]
                                 + (reliable.dead_letters if reliable is not None else []))
+        # Step 7b: stateful bolts' state held by a provider commits this txid (seed 000),
+        # after the sinks: a crash in between is settled at start (StateBook.recover).
+        if self.states is not None:
+            self.states.commit(txid)
         # Step 8: the windows' state after this batch (a replay restarts from the previous).
         for windows, snap in persist:
             windows.persist(batch_id, snap)

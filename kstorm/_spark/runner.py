@@ -30,6 +30,7 @@ from kstorm._runtime.deadletter import DeadLetterWriter
 from kstorm._runtime.plan import acking_plan, compile_plan, source_kind
 from kstorm._runtime.progress import Progress
 from kstorm._runtime.reliability import SpoutReliability, lowest_unacked
+from kstorm._runtime.state_book import StateBook
 from kstorm._spark.commit import UNACKED_STATE, CommitPhase, window_state_key
 from kstorm._spark.compiler import compile_query
 from kstorm._spark.offset_log import last_committed_batch
@@ -63,10 +64,12 @@ def start(name: str, conf: dict[str, Any], topology: StormTopology) -> TopologyH
     # Step 4
     records = {sid: sink.committed_offsets() for sid, sink in sinks.items()
                if sink.records_offsets}
-    resume = reconcile.decide(last_committed_batch(checkpoint), layout.txid_base(),
-                              checkpoint.exists(), records)
+    last_batch = last_committed_batch(checkpoint)
+    resume = reconcile.decide(last_batch, layout.txid_base(), checkpoint.exists(), records)
     if resume.from_sink is not None:
-        _check_state_survives(name, topology, plan, checkpoint, resume, sinks)
+        _check_state_survives(name, topology, plan, checkpoint, resume, sinks, settings)
+    states = _recover_states(name, conf, settings, topology, plan, resume, last_batch,
+                             layout.txid_base(), sinks)
     resumed_state = sinks[resume.from_sink].committed_state() if resume.from_sink else {}
     if resume.reset_checkpoint:
         layout.move_aside()
@@ -99,7 +102,7 @@ def start(name: str, conf: dict[str, Any], topology: StormTopology) -> TopologyH
                                     settings.dead_letter_topic or f"{name}.dead-letters",
                                     max_bytes=settings.dead_letter_max_bytes)
     commit = CommitPhase(topology, name, checkpoint, settings, sinks, resume.txid_base,
-                         Progress(), dead_letters, windows, reliability, plan, conf)
+                         Progress(), dead_letters, windows, reliability, plan, conf, states)
     metrics = _metrics_server(name, commit, settings)
     writer = (compiled.output.writeStream.foreachBatch(commit)
               .option("checkpointLocation", str(checkpoint)).queryName(name))
@@ -250,10 +253,54 @@ def _watch_missing_topics(name: str, topology: StormTopology, missing: dict[str,
     threading.Thread(target=watch, name=f"kstorm-topics-{name}", daemon=True).start()
 
 
-def state_only_in_checkpoint(topology: StormTopology, plan: Any) -> dict[str, str]:
+def _recover_states(name: str, conf: dict[str, Any], settings: TopologyConfig,
+                    topology: StormTopology, plan: Any, resume: reconcile.Resume,
+                    last_batch: int | None, txid_base: int, sinks: dict[str, BaseSink]
+                    ) -> StateBook | None:
+    """Stateful bolts' state in a provider: settled at the txid the topology resumes after.
+
+    The last committed txid is the sink's when resuming from it, none when starting over,
+    else the checkpoint's (seed 000's recovery: ``kstorm/_runtime/state_book.py``).
+    """
+    stateful = [stage.head for stage in plan.stages if stage.stateful]
+    if settings.state_provider == "spark" or not stateful:
+        return None
+    try:
+        if settings.state_provider == "memory":
+            msg = (f"topology {name!r}: topology.state.provider = memory keeps state in one "
+                   f"process, but Spark runs the stateful bolts {stateful} in Python workers "
+                   "apart from the driver, which commits it: nothing would be kept")
+            raise ConfigError(msg, hint="use topology.state.provider = redis (durable) or "
+                              "spark; the memory provider is for in-process tests")
+        provider = settings.state_provider_instance()
+        check = getattr(provider, "check", None)
+        if callable(check):
+            check()
+        book = StateBook(topology, name, conf, provider, stateful, settings.state_provider)
+        if resume.from_sink is not None:
+            last, where = resume.txid_base - 1, f"sink {resume.from_sink!r}'s record"
+        elif resume.reset_checkpoint:
+            last, where = None, "a start over from the spouts' starting offsets"
+        elif last_batch is not None:
+            last, where = txid_base + last_batch, "the checkpoint"
+        else:
+            last, where = (txid_base - 1 if txid_base > 0 else None), "the checkpoint"
+        book.recover(last, init_empty=settings.state_init_empty, where=where)
+    except BaseException:
+        for sink in sinks.values():
+            sink.close()
+        raise
+    return book
+
+
+def state_only_in_checkpoint(topology: StormTopology, plan: Any,
+                             settings: TopologyConfig | None = None) -> dict[str, str]:
     """Each component whose state lives only in Spark's checkpoint, and what that state is."""
     lost: dict[str, str] = {}
+    external = settings is not None and settings.state_provider != "spark"
     for stage in plan.stages:
+        if stage.stateful and external:
+            continue
         if stage.stateful:
             lost[stage.head] = ("a stateful bolt: its KeyValueState lives in Spark's state "
                                 "store (topology.state.provider = spark)")
@@ -269,9 +316,10 @@ def state_only_in_checkpoint(topology: StormTopology, plan: Any) -> dict[str, st
 
 
 def _check_state_survives(name: str, topology: StormTopology, plan: Any, checkpoint: Any,
-                          resume: reconcile.Resume, sinks: dict[str, BaseSink]) -> None:
+                          resume: reconcile.Resume, sinks: dict[str, BaseSink],
+                          settings: TopologyConfig | None = None) -> None:
     """Refuse to resume from a sink when state held only in the checkpoint would be reset."""
-    lost = state_only_in_checkpoint(topology, plan)
+    lost = state_only_in_checkpoint(topology, plan, settings)
     if not lost:
         return
     for sink in sinks.values():

@@ -362,23 +362,59 @@ def stateful_processor(ctx: StageContext) -> Any:
     return StatefulStage()
 
 
+_PROVIDERS: dict[Any, Any] = {}
+
+
+def _provider(settings: TopologyConfig) -> Any:
+    """The configured state provider's instance in this process (one per configuration)."""
+    key = (settings.state_provider, repr(settings.state_provider_config))
+    if key not in _PROVIDERS:
+        _PROVIDERS[key] = settings.state_provider_instance()
+    return _PROVIDERS[key]
+
+
 def stateful_task(ctx: StageContext, map_state: Any, task: int, rows: Iterator[Any]
                   ) -> Iterator[Any]:
-    """The output of task ``task`` of a stateful stage, for its input ``rows`` (pandas)."""
-    freeze_imports()
-    states: list[MapStateKeyValue] = []
+    """The output of task ``task`` of a stateful stage, for its input ``rows`` (pandas).
 
-    def state_for(component: str, _task: int) -> MapStateKeyValue:
-        kv = MapStateKeyValue(map_state)
-        states.append(kv)
-        return kv
+    With ``topology.state.provider = spark`` the task's ``KeyValueState`` is the TWS map
+    state (Spark commits it with the task); with another provider the task reads the
+    provider's committed state and prepares its changes under the batch's txid when its
+    tuples are done; the driver commits them after the batch's sinks (seed 000,
+    ``kstorm/_runtime/state_book.py``).
+    """
+    freeze_imports()
+    states: list[tuple[str, Any]] = []
+    external = ctx.settings.state_provider != "spark"
+
+    def state_for(component: str, _task: int) -> Any:
+        if external:
+            from kstorm.component import TopologyContext
+            from kstorm.state import state_namespace
+
+            spec = ctx.topology.components[component]
+            state = _provider(ctx.settings).new_state(
+                state_namespace(ctx.topology_name, component, task),
+                {**ctx.conf, **spec.conf},
+                TopologyContext(ctx.topology_name, component, task, spec.parallelism))
+        else:
+            state = MapStateKeyValue(map_state)
+        states.append((component, state))
+        return state
 
     executor = ctx.executor(task, state_for)
     batches = (typed_rows(pdf, ctx) for pdf in rows)
     for out in _run(ctx, executor, batches, lambda b: [task] * b.num_rows):
         yield out.to_pandas()
-    for kv in states:
-        kv.flush()
+    txid = executor.attempt.transaction_id
+    for component, state in states:
+        bolt = executor.bolt(component, task)
+        bolt.pre_prepare(txid)
+        if external:
+            state.prepare_commit(txid)
+        else:
+            state.flush()
+            bolt.pre_commit(txid)  # Spark commits the state store version with the task
 
 
 def typed_rows(pdf: Any, ctx: StageContext) -> pa.RecordBatch:

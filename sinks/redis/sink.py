@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from kstorm._testhooks import pause_before_commit
+from kstorm._testhooks import pause_after_commit, pause_before_commit
 from kstorm.errors import ConfigError, SinkError
 from kstorm.sink import BaseSink, CommitRecord, SinkBatch, SinkContext
 
@@ -260,6 +260,7 @@ class RedisSink(BaseSink):
             args = [str(txid), self.mode, ns.prefix, str(len(offset_args) // 2), *offset_args,
                     str(len(chunks)), *inline]
             applied, written, skipped = self._commit(keys=keys, args=args, client=client)
+            pause_after_commit(f"{ns.prefix} txid {txid}")  # test hook
             return CommitResult(txid, bool(applied), written, skipped)
         except SinkError:
             raise

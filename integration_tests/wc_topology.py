@@ -1,0 +1,109 @@
+"""The stateful word count (seed 000) as a killable process, for the state kill tests.
+
+KafkaSpout (one sentence per record) -> SplitSentence (2 tasks, shuffle) -> WordCount
+(a ``BaseStatefulBolt``, 2 tasks, fields grouping; its ``KeyValueState`` in the provider
+``--provider`` names) -> RedisSink keeping the highest running count per word at
+``<name>:<word>`` (sink id ``store``). Small batches, the continuous trigger; the run exits
+0 by itself once the sink's offset record reaches the topic's end offsets read at start.
+
+    python -m wc_topology --bootstrap B --redis-url U --topic T --checkpoint D --name N \\
+        --provider redis
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+from typing import Any
+from urllib.parse import urlparse
+
+from eo_topology import EXIT_TIMEOUT, topic_ends
+from topologies import SplitSentence, WordCount
+
+log = logging.getLogger("wc_topology")
+SINK_ID = "store"
+
+
+def provider_conf(provider: str, redis_url: str) -> dict[str, Any]:
+    """The topology configuration keys of ``provider`` (spark or redis at ``redis_url``)."""
+    if provider == "spark":
+        return {}
+    url = urlparse(redis_url)
+    return {"topology.state.provider": "redis",
+            "topology.state.provider.config": {"jedisPoolConfig": {
+                "host": url.hostname, "port": url.port,
+                "database": int((url.path or "/0").lstrip("/") or 0)}}}
+
+
+def build_topology(topic: str, redis_url: str, prefix: str, max_per_batch: int = 40) -> Any:
+    """The word count (module docstring)."""
+    from kstorm import Fields, KafkaSpout, TopologyBuilder
+    from serdes import StringSerde
+    from sinks.redis import RedisConfig, RedisSink
+
+    builder = TopologyBuilder()
+    builder.set_spout("sentences", KafkaSpout(topic, value_serde=StringSerde(field="sentence"),
+                                              max_offsets_per_batch=max_per_batch))
+    builder.set_bolt("split", SplitSentence(), 2).shuffle_grouping("sentences")
+    builder.set_bolt("count", WordCount(), 2).fields_grouping("split", Fields("word"))
+    builder.set_bolt(SINK_ID, RedisSink(RedisConfig.from_url(redis_url), key=prefix + ":{word}",
+                                        value="count", merge="max")
+                     ).fields_grouping("count", Fields("word"))
+    return builder.create_topology()
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run until the sink has committed the topic's end offsets; 0 on success."""
+    from kstorm import submit_topology
+    from kstorm.errors import KstormError
+
+    ends = topic_ends(args.bootstrap, args.topic)
+    conf = {"kafka.bootstrap.servers": args.bootstrap, "kstorm.checkpoint.dir": args.checkpoint,
+            "kstorm.trigger": "continuous", "kstorm.trigger.interval.ms": 100,
+            "kstorm.spark.master": "local[2]", "kstorm.shuffle.partitions": 2,
+            **provider_conf(args.provider, args.redis_url)}
+    try:
+        handle = submit_topology(args.name, conf, build_topology(args.topic, args.redis_url,
+                                                                 args.name))
+    except KstormError as exc:
+        log.error("wc: refused: %s", exc)
+        return 4
+    sink = handle.sinks[SINK_ID]
+    deadline = time.monotonic() + args.timeout
+    while time.monotonic() < deadline:
+        if not handle.is_active:
+            try:
+                handle.await_termination(0)
+            except KstormError as exc:
+                log.error("wc: topology failed: %s", exc)
+            return 1
+        try:
+            record = sink.committed()
+        except KstormError:
+            time.sleep(0.5)
+            continue
+        if record.offsets.get(args.topic) == ends:
+            handle.stop()
+            return 0
+        time.sleep(0.1)
+    handle.stop()
+    return EXIT_TIMEOUT
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line (module docstring)."""
+    parser = argparse.ArgumentParser(prog="wc_topology")
+    for flag in ("--bootstrap", "--redis-url", "--topic", "--checkpoint", "--name"):
+        parser.add_argument(flag, required=True)
+    parser.add_argument("--provider", choices=("spark", "redis"), default="redis")
+    parser.add_argument("--timeout", type=float, default=240.0)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    return run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,199 @@
+"""Seed 000's commit protocol on the driver, for state held by a provider outside Spark.
+
+Each task of a stateful bolt prepares its batch's changes under the batch's txid
+(``prepare_commit``, in the Spark task). The driver then, per batch and in txid order:
+
+1. commits the sinks (their values, offsets and txid in one atomic step each);
+2. commits every task's state: ``pre_commit(txid)`` hook, ``commit(txid)`` (a task that
+   prepared nothing commits an empty change set, so every task is at the batch's txid);
+3. lets Spark write its commit log.
+
+A crash between any two steps is settled at the next start by :meth:`StateBook.recover`,
+given the last txid the topology has committed (``last``: the checkpoint's, or the sink's
+when the topology resumes from a sink) — seed 000's recovery rule with kstorm's facts:
+
+- a txid prepared but not committed: committed if ``<= last`` (its sinks committed: the
+  topology will not run it again, e.g. it resumes from the sink after a lost checkpoint),
+  else rolled back (``pre_rollback`` hook; the batch runs again and prepares again);
+- a state committed at ``last + 1`` (killed after step 2, before Spark's commit log): that
+  commit is taken back (``rollback_commit``), since Spark replays the batch;
+- a task at ``last - 1`` with nothing prepared had no tuples in batch ``last`` (a task with
+  tuples prepares before any sink commits): its empty commit of ``last`` is completed;
+- then every task must be at ``last``. A state behind or ahead, or empty while the topology
+  has committed batches, is a :class:`StateError` naming the component, never a reset.
+
+A failed batch attempt re-run in place (seed 002) first goes through :meth:`rollback`.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kstorm.component import TopologyContext
+from kstorm.errors import ConfigError, StateError
+from kstorm.state import STATE_METHODS, state_namespace
+from kstorm.topology import StormTopology
+
+log = logging.getLogger("kstorm.state")
+
+
+@dataclass
+class _Task:
+    component: str
+    task: int
+    namespace: str
+    state: Any
+    bolt: Any  # the driver-side copy whose hooks run
+
+
+class StateBook:
+    """The driver's side of seed 000's protocol for every stateful bolt task (module doc)."""
+
+    def __init__(self, topology: StormTopology, name: str, conf: Mapping[str, Any],
+                 provider: Any, components: Iterable[str], provider_name: str = "custom"
+                 ) -> None:
+        self.name = name
+        self.provider_name = provider_name
+        self.provider = provider
+        self.topology = topology
+        self.conf = dict(conf)
+        self.tasks: list[_Task] = []
+        for component in components:
+            spec = topology.components[component]
+            bolt = spec.component
+            for task in range(spec.parallelism):
+                self.tasks.append(self._task(component, task, spec.parallelism,
+                                             copy.deepcopy(bolt)))
+        for t in self.tasks[:1]:
+            missing = [m for m in STATE_METHODS if not callable(getattr(t.state, m, None))]
+            if missing:
+                msg = (f"state provider {provider_name!r}: the state of {t.component!r} "
+                       f"({type(t.state).__name__}) lacks {missing}")
+                raise ConfigError(msg, hint="implement kstorm.KeyValueState and "
+                                  "kstorm.state.State (seed 000's prepare_commit/commit/"
+                                  "rollback, plus committed_txid, prepared_txid and "
+                                  "rollback_commit for kstorm's recovery)")
+
+    def _task(self, component: str, task: int, tasks: int, bolt: Any) -> _Task:
+        namespace = state_namespace(self.name, component, task)
+        context = TopologyContext(self.name, component, task, tasks)
+        return _Task(component, task, namespace,
+                     self.provider.new_state(namespace, self.conf, context), bolt)
+
+    @property
+    def components(self) -> list[str]:
+        return sorted({t.component for t in self.tasks})
+
+    # -- per batch ---------------------------------------------------------------------------
+
+    def commit(self, txid: int) -> None:
+        """Step 2: every task's state commits ``txid`` (after the batch's sinks)."""
+        for t in self.tasks:
+            t.bolt.pre_commit(txid)
+            t.state.commit(txid)
+
+    def rollback(self, txid: int) -> None:
+        """Before a failed attempt of ``txid`` re-runs: no prepared or committed trace of it."""
+        for t in self.tasks:
+            prepared = t.state.prepared_txid()
+            committed = t.state.committed_txid()
+            if prepared is not None or committed == txid:
+                t.bolt.pre_rollback()
+            if prepared is not None:
+                t.state.rollback()
+            if committed == txid:
+                t.state.rollback_commit(txid)
+
+    # -- at start ----------------------------------------------------------------------------
+
+    def recover(self, last: int | None, *, init_empty: Iterable[str] = (),
+                where: str = "the checkpoint") -> None:
+        """Settle every task at txid ``last`` (None: nothing committed yet; module doc).
+
+        Args:
+            last: the last txid the topology committed (sinks and checkpoint agree on it).
+            init_empty: components allowed to start empty although ``last`` is not None
+                (``kstorm.state.init.empty``: a stateful bolt new in the topology).
+            where: what ``last`` comes from, for messages.
+        """
+        self._check_parallelism()
+        allowed = set(init_empty)
+        problems: list[tuple[str, str]] = []
+        for t in self.tasks:
+            prepared = t.state.prepared_txid()
+            committed = t.state.committed_txid()
+            if prepared is not None:
+                if last is not None and prepared <= last and (committed is None
+                                                              or prepared > committed):
+                    log.info("state %s: txid %s was prepared and its sinks committed: "
+                             "committing it", t.namespace, prepared)
+                    t.bolt.pre_commit(prepared)
+                    t.state.commit(prepared)
+                else:
+                    log.info("state %s: discarding prepared txid %s (the batch runs again)",
+                             t.namespace, prepared)
+                    t.bolt.pre_rollback()
+                    t.state.rollback()
+            committed = t.state.committed_txid()
+            nxt = 0 if last is None else last + 1
+            if committed is not None and committed == nxt:
+                log.info("state %s: txid %s committed before Spark's commit log; taking it "
+                         "back (the batch is replayed)", t.namespace, committed)
+                t.bolt.pre_rollback()
+                t.state.rollback_commit(committed)
+                committed = t.state.committed_txid()
+            if last is not None and (committed == last - 1 or (committed is None
+                                                             and last == 0)):
+                # the sinks committed ``last`` and this task prepared nothing for it: it had
+                # no tuples in that batch (a task with tuples prepares before any sink
+                # commits), so its commit of ``last`` is the empty one the crash cut off
+                t.bolt.pre_commit(last)
+                t.state.commit(last)
+                committed = last
+            if committed == last:
+                continue
+            if committed is None and t.component in allowed:
+                continue
+            if committed is None:
+                problems.append((t.component, f"{t.namespace} is empty"))
+            elif last is None or committed > last:
+                problems.append((t.component, f"{t.namespace} is at txid {committed}, ahead"))
+            else:
+                problems.append((t.component, f"{t.namespace} is at txid {committed}, behind"))
+        if problems:
+            at = "nothing committed" if last is None else f"txid {last}"
+            components = sorted({c for c, _ in problems})
+            listed = "; ".join(p for _, p in problems[:6])
+            msg = (f"topology {self.name!r}: the state of {components} ({self.provider_name} "
+                   f"provider) does not match {where} ({at}): {listed}"
+                   + (f" (+{len(problems) - 6} more)" if len(problems) > 6 else ""))
+            raise StateError(msg, hint=(
+                "a state ahead of the topology means its checkpoint and sinks were reset while "
+                "the state was kept: delete the state (keys kstorm:state:<topology>:"
+                "<component>:* in Redis) to recompute it, or restore the checkpoint; an empty "
+                "or behind state was deleted or lost: restore it, or start over by deleting "
+                "the checkpoint and the sinks' records; a stateful bolt new in this topology "
+                "may start empty with kstorm.state.init.empty = [component]"))
+
+    def _check_parallelism(self) -> None:
+        """State is per task: a changed parallelism would move keys away from their state."""
+        for component in self.components:
+            spec = self.topology.components[component]
+            n = spec.parallelism
+            extra = self.provider.new_state(state_namespace(self.name, component, n),
+                                            self.conf, TopologyContext(self.name, component, n,
+                                                                       n + 1))
+            mine = [t for t in self.tasks if t.component == component]
+            known = [t.task for t in mine if t.state.committed_txid() is not None]
+            if extra.committed_txid() is not None or (known and len(known) < len(mine)):
+                msg = (f"topology {self.name!r}: stateful bolt {component!r} now runs {n} "
+                       f"task(s) but its state in the {self.provider_name} provider was "
+                       "written by a different number of tasks (state is per task: keys "
+                       "would move away from their counts)")
+                raise StateError(msg, hint=(
+                    "keep the bolt's parallelism, or delete its state (kstorm:state:"
+                    f"{self.name}:{component}:* in Redis) and recompute it"))

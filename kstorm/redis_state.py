@@ -1,0 +1,346 @@
+r"""``topology.state.provider = redis``: Storm's ``RedisKeyValueStateProvider`` (seed 000).
+
+Each task's :class:`RedisKeyValueState` lives in Redis under ``kstorm:state:<namespace>``
+(namespace = topology:component:task), in four keys:
+
+- ``<ns>``: the committed state, a hash of encoded key -> encoded value;
+- ``<ns>$prepare``: the changes a task prepared for a txid (``\x01`` + value, or ``\x00``
+  for a deleted key), written in one MULTI/EXEC by ``prepare_commit``;
+- ``<ns>$meta``: ``committed`` (txid), ``prepared`` (txid), ``undo_txid``, ``undo_prev``;
+- ``<ns>$undo``: the values the last commit replaced, so kstorm can take that commit back
+  when Spark replays its batch (killed between the state's commit and Spark's commit log).
+
+``commit`` and ``rollback_commit`` are Lua scripts: each is one atomic step in Redis, so a
+crash leaves the state either before or after it.
+
+Configured by ``topology.state.provider.config`` in seed 000's JSON form::
+
+    {"jedisPoolConfig": {"host": "localhost", "port": 6379, "timeout": 2000,
+                         "database": 0, "password": "xyz"},
+     "keySerializerClass": "mypkg.serde:KeySerializer",
+     "valueSerializerClass": "mypkg.serde:ValueSerializer"}
+
+Keys are pickled canonically and values pickled (types round-trip) unless a serializer class
+(a Python class with ``serialize(obj) -> bytes`` and ``deserialize(data) -> obj``) is given.
+``keyClass``/``valueClass`` name Java types Storm's default serializers need; kstorm refuses
+them with the reason rather than ignore them.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import pickle
+import threading
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kstorm.errors import ConfigError
+from kstorm.state import encode_key
+
+PREFIX = "kstorm:state:"
+_PUT, _DEL = b"\x01", b"\x00"
+_HSET_CHUNK = 1000
+
+_COMMIT = """
+local committed = redis.call('HGET', KEYS[3], 'committed')
+if committed == ARGV[1] then return 0 end
+redis.call('DEL', KEYS[4])
+if redis.call('HGET', KEYS[3], 'prepared') == ARGV[1] then
+  local kv = redis.call('HGETALL', KEYS[2])
+  for i = 1, #kv, 2 do
+    local f, v = kv[i], kv[i + 1]
+    local old = redis.call('HGET', KEYS[1], f)
+    if old then redis.call('HSET', KEYS[4], f, '\\1' .. old)
+    else redis.call('HSET', KEYS[4], f, '\\0') end
+    if string.byte(v, 1) == 1 then redis.call('HSET', KEYS[1], f, string.sub(v, 2))
+    else redis.call('HDEL', KEYS[1], f) end
+  end
+end
+redis.call('DEL', KEYS[2])
+redis.call('HDEL', KEYS[3], 'prepared')
+if committed then redis.call('HSET', KEYS[3], 'undo_prev', committed)
+else redis.call('HDEL', KEYS[3], 'undo_prev') end
+redis.call('HSET', KEYS[3], 'undo_txid', ARGV[1], 'committed', ARGV[1])
+return 1
+"""
+
+_UNDO = """
+if redis.call('HGET', KEYS[2], 'committed') ~= ARGV[1]
+   or redis.call('HGET', KEYS[2], 'undo_txid') ~= ARGV[1] then
+  return redis.error_reply('no undo record for txid ' .. ARGV[1])
+end
+local kv = redis.call('HGETALL', KEYS[3])
+for i = 1, #kv, 2 do
+  local f, v = kv[i], kv[i + 1]
+  if string.byte(v, 1) == 1 then redis.call('HSET', KEYS[1], f, string.sub(v, 2))
+  else redis.call('HDEL', KEYS[1], f) end
+end
+redis.call('DEL', KEYS[3])
+local prev = redis.call('HGET', KEYS[2], 'undo_prev')
+if prev then redis.call('HSET', KEYS[2], 'committed', prev)
+else redis.call('HDEL', KEYS[2], 'committed') end
+redis.call('HDEL', KEYS[2], 'undo_txid', 'undo_prev')
+return 1
+"""
+
+_POOL_KEYS = {"host", "port", "timeout", "database", "password"}
+_KEYS = {"jedisPoolConfig", "keySerializerClass", "valueSerializerClass", "keyClass",
+         "valueClass"}
+
+
+class PickleSerializer:
+    """The default serializer: canonical pickles for keys, pickles for values."""
+
+    def __init__(self, canonical: bool = False) -> None:
+        self.canonical = canonical
+
+    def serialize(self, obj: Any) -> bytes:
+        """``obj`` as bytes."""
+        return encode_key(obj) if self.canonical else pickle.dumps(obj, protocol=5)
+
+    def deserialize(self, data: bytes) -> Any:
+        """The object ``data`` holds."""
+        return pickle.loads(data)
+
+
+def _load_class(path: str, key: str) -> Any:
+    module, _, attr = path.partition(":") if ":" in path else path.rpartition(".")
+    try:
+        found: Any = importlib.import_module(module)
+        for part in attr.split("."):
+            found = getattr(found, part)
+    except (ImportError, AttributeError, ValueError) as exc:
+        msg = f"topology.state.provider.config {key} = {path!r} cannot be imported: {exc}"
+        raise ConfigError(msg, hint="give 'package.module:Class' of a class with "
+                          "serialize(obj) -> bytes and deserialize(bytes) -> obj") from exc
+    instance = found() if isinstance(found, type) else found
+    if not (callable(getattr(instance, "serialize", None))
+            and callable(getattr(instance, "deserialize", None))):
+        msg = f"topology.state.provider.config {key} = {path!r} has no serialize/deserialize"
+        raise ConfigError(msg, hint="implement serialize(obj) -> bytes and "
+                          "deserialize(bytes) -> obj")
+    return instance
+
+
+@dataclass(frozen=True)
+class RedisStateConfig:
+    """The validated ``topology.state.provider.config`` of the Redis provider."""
+
+    host: str = "localhost"
+    port: int = 6379
+    timeout_ms: int = 2000
+    database: int = 0
+    password: str | None = None
+    key_serializer: str | None = None
+    value_serializer: str | None = None
+
+    @classmethod
+    def parse(cls, raw: Mapping[str, Any] | str | None) -> RedisStateConfig:
+        """From seed 000's JSON (a string or a mapping); unknown or unusable keys are errors."""
+        if raw is None or raw == "":
+            raw = {}
+        if isinstance(raw, str):
+            try:
+                raw = json.loads(raw)
+            except json.JSONDecodeError as exc:
+                msg = f"topology.state.provider.config is not valid JSON: {exc}"
+                raise ConfigError(msg) from exc
+        if not isinstance(raw, Mapping):
+            msg = f"topology.state.provider.config must be a JSON object, got {raw!r}"
+            raise ConfigError(msg)
+        unknown = sorted(set(raw) - _KEYS)
+        if unknown:
+            msg = f"topology.state.provider.config: unknown key(s) {unknown} for redis"
+            raise ConfigError(msg, hint=f"known keys: {sorted(_KEYS)}")
+        for key in ("keyClass", "valueClass"):
+            if key in raw:
+                msg = (f"topology.state.provider.config {key} = {raw[key]!r}: kstorm stores "
+                       "keys and values with their Python types (pickled), so a class name "
+                       "has nothing to do")
+                raise ConfigError(msg, hint=f"remove {key}; use keySerializerClass/"
+                                  "valueSerializerClass for another encoding")
+        pool = raw.get("jedisPoolConfig", {}) or {}
+        if not isinstance(pool, Mapping):
+            msg = f"topology.state.provider.config jedisPoolConfig must be an object: {pool!r}"
+            raise ConfigError(msg)
+        unknown = sorted(set(pool) - _POOL_KEYS)
+        if unknown:
+            msg = f"topology.state.provider.config jedisPoolConfig: unknown key(s) {unknown}"
+            raise ConfigError(msg, hint=f"known keys: {sorted(_POOL_KEYS)}")
+        try:
+            config = cls(host=str(pool.get("host", "localhost")),
+                         port=int(pool.get("port", 6379)),
+                         timeout_ms=int(pool.get("timeout", 2000)),
+                         database=int(pool.get("database", 0)),
+                         password=(str(pool["password"]) if pool.get("password") is not None
+                                   else None),
+                         key_serializer=raw.get("keySerializerClass"),
+                         value_serializer=raw.get("valueSerializerClass"))
+        except (TypeError, ValueError) as exc:
+            msg = f"topology.state.provider.config jedisPoolConfig: {exc}"
+            raise ConfigError(msg) from exc
+        for key, path in (("keySerializerClass", config.key_serializer),
+                          ("valueSerializerClass", config.value_serializer)):
+            if path is not None:
+                _load_class(path, key)
+        return config
+
+    @property
+    def where(self) -> str:
+        """host:port/db, for messages (never the password)."""
+        return f"redis://{self.host}:{self.port}/{self.database}"
+
+    def __repr__(self) -> str:
+        return f"RedisStateConfig({self.where}, timeout={self.timeout_ms} ms)"
+
+
+_CLIENTS: dict[RedisStateConfig, Any] = {}
+_LOCK = threading.Lock()
+
+
+def _client(config: RedisStateConfig) -> Any:
+    """One client (connection pool) per configuration and process."""
+    import redis
+
+    with _LOCK:
+        client = _CLIENTS.get(config)
+        if client is None:
+            client = redis.Redis(host=config.host, port=config.port, db=config.database,
+                                 password=config.password,
+                                 socket_timeout=config.timeout_ms / 1000,
+                                 socket_connect_timeout=config.timeout_ms / 1000)
+            _CLIENTS[config] = client
+        return client
+
+
+class RedisKeyValueState:
+    """One task's ``KeyValueState`` in Redis with seed 000's prepare/commit/rollback."""
+
+    _MISSING = object()
+
+    def __init__(self, namespace: str, config: RedisStateConfig) -> None:
+        self.namespace = namespace
+        self.config = config
+        base = PREFIX + namespace
+        self.redis_keys = (base, base + "$prepare", base + "$meta", base + "$undo")
+        self._redis = _client(config)
+        self._k = (_load_class(config.key_serializer, "keySerializerClass")
+                   if config.key_serializer else PickleSerializer(canonical=True))
+        self._v = (_load_class(config.value_serializer, "valueSerializerClass")
+                   if config.value_serializer else PickleSerializer())
+        self._pending: dict[bytes, bytes | None] = {}   # None: deleted
+        self._read: dict[bytes, Any] = {}
+
+    # -- KeyValueState ---------------------------------------------------------------------
+
+    def _value(self, k: bytes) -> Any:
+        if k in self._pending:
+            raw = self._pending[k]
+            return self._MISSING if raw is None else self._v.deserialize(raw)
+        value = self._read.get(k, self._MISSING)
+        if value is self._MISSING and k not in self._read:
+            raw = self._redis.hget(self.redis_keys[0], k)
+            value = self._MISSING if raw is None else self._v.deserialize(raw)
+            self._read[k] = value
+        return value
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        """Value of ``key``, or ``default``."""
+        value = self._value(self._k.serialize(key))
+        return default if value is self._MISSING else value
+
+    def put(self, key: Any, value: Any) -> None:
+        """Set ``key`` to ``value`` (visible to this instance; durable once committed)."""
+        self._pending[self._k.serialize(key)] = self._v.serialize(value)
+
+    def delete(self, key: Any) -> Any:
+        """Remove ``key``; returns its old value (or None)."""
+        k = self._k.serialize(key)
+        old = self._value(k)
+        self._pending[k] = None
+        return None if old is self._MISSING else old
+
+    def __iter__(self) -> Iterator[tuple[Any, Any]]:
+        seen = set()
+        for k, raw in self._pending.items():
+            seen.add(k)
+            if raw is not None:
+                yield self._k.deserialize(k), self._v.deserialize(raw)
+        for k, raw in self._redis.hscan_iter(self.redis_keys[0], count=1000):
+            if k not in seen:
+                yield self._k.deserialize(k), self._v.deserialize(raw)
+
+    # -- State -----------------------------------------------------------------------------
+
+    def prepare_commit(self, txid: int) -> None:
+        """Save this task's changes aside under ``txid`` (one MULTI/EXEC)."""
+        data, prepare, meta, _ = self.redis_keys
+        items = [(k, _DEL if v is None else _PUT + v) for k, v in self._pending.items()]
+        with self._redis.pipeline(transaction=True) as pipe:
+            pipe.delete(prepare)
+            for i in range(0, len(items), _HSET_CHUNK):
+                pipe.hset(prepare, mapping=dict(items[i:i + _HSET_CHUNK]))
+            pipe.hset(meta, "prepared", txid)
+            pipe.execute()
+        self._pending.clear()
+        self._read.clear()
+
+    def commit(self, txid: int) -> None:
+        """Apply the changes prepared for ``txid`` (none: an empty commit) in one Lua step."""
+        self._redis.eval(_COMMIT, 4, *self.redis_keys, txid)
+        self._read.clear()
+
+    def rollback(self) -> None:
+        """Discard the prepared changes and this instance's pending ones."""
+        with self._redis.pipeline(transaction=True) as pipe:
+            pipe.delete(self.redis_keys[1])
+            pipe.hdel(self.redis_keys[2], "prepared")
+            pipe.execute()
+        self._pending.clear()
+        self._read.clear()
+
+    def committed_txid(self) -> int | None:
+        """The last txid committed (None: never)."""
+        raw = self._redis.hget(self.redis_keys[2], "committed")
+        return int(raw) if raw is not None else None
+
+    def prepared_txid(self) -> int | None:
+        """The txid whose changes are prepared and not committed (None: none)."""
+        raw = self._redis.hget(self.redis_keys[2], "prepared")
+        return int(raw) if raw is not None else None
+
+    def rollback_commit(self, txid: int) -> None:
+        """Take back the commit of ``txid`` (the last one): the state as before it."""
+        self._redis.eval(_UNDO, 3, self.redis_keys[0], self.redis_keys[2], self.redis_keys[3], txid)
+        self._read.clear()
+
+    def __len__(self) -> int:
+        return int(self._redis.hlen(self.redis_keys[0]))
+
+
+class RedisKeyValueStateProvider:
+    """``topology.state.provider = redis`` (Storm's ``RedisKeyValueStateProvider``)."""
+
+    def __init__(self, config: RedisStateConfig | Mapping[str, Any] | str | None = None
+                 ) -> None:
+        self.config = (config if isinstance(config, RedisStateConfig)
+                       else RedisStateConfig.parse(config))
+
+    def new_state(self, namespace: str, conf: Any, context: Any) -> RedisKeyValueState:
+        """The state of ``namespace`` (one task of one component)."""
+        return RedisKeyValueState(namespace, self.config)
+
+    def check(self) -> None:
+        """Raise a ConfigError naming the server when it does not answer."""
+        import redis
+
+        try:
+            _client(self.config).ping()
+        except redis.RedisError as exc:
+            msg = (f"state provider redis: {self.config.where} does not answer "
+                   f"({type(exc).__name__}: {exc})")
+            raise ConfigError(msg, hint="check topology.state.provider.config's "
+                              "jedisPoolConfig (host, port, database, password) and that "
+                              "the server is up") from exc
