@@ -237,7 +237,8 @@ def produce_sentences(bootstrap: str, topic: str, records: list[str]) -> float:
     return time.monotonic() - started
 
 
-def run_once(name: str, bootstrap: str, topic: str, checkpoint: Path) -> dict[str, Any]:
+def run_once(name: str, bootstrap: str, topic: str, checkpoint: Path,
+             extra_conf: dict[str, Any] | None = None) -> dict[str, Any]:
     """One available-now run of the word count; returns its figures and the sink."""
     from topologies import LatestCounts, word_count
 
@@ -247,7 +248,7 @@ def run_once(name: str, bootstrap: str, topic: str, checkpoint: Path) -> dict[st
     spout = KafkaSpout(topic, value_serde=JsonSerde({"id": int, "sentence": str}),
                        max_offsets_per_batch=BATCH_CAP)
     conf = {"kafka.bootstrap.servers": bootstrap, "kstorm.checkpoint.dir": str(checkpoint),
-            "kstorm.trigger": "available-now"}
+            "kstorm.trigger": "available-now", **(extra_conf or {})}
     sampler = Sampler(os.getpid()).start()
     started = time.monotonic()
     handle = submit_topology(name, conf, word_count(spout, LatestCounts()))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import pickle
 import random
 
@@ -61,7 +62,7 @@ def test_row_order_within_a_batch_does_not_change_windows_or_lateness():
     windows, late = expected
     # ties on the timestamp are broken by message id, then by values: always the same order
     assert windows == [[["a"]], [["c", "g", "d", "y", "x", "b"]]]
-    # late iff below the watermark in force when the batch started (20 s - 2 s)
+    # late iff below the stream's latest before it minus the lag (20 s - 2 s)
     assert late == [[], ["e", "f"]]
 
 
@@ -136,13 +137,16 @@ def test_count_windows_in_processing_time_fire_at_once():
 
 def test_message_ids_sort_per_source_so_out_of_order_timestamps_are_kept():
     cfg = WindowConfig(Duration.seconds(10), tumbling=True, timestamp_field="ts",
-                       message_id_field="n")
+                       message_id_field="n", lag=Duration.seconds(5))
     fields = Fields("id", "ts", "n")
     rows = [Tuple(["b", 4_000, 2], fields, "k", message_id=("t", 0, 2)),
             Tuple(["a", 6_000, 1], fields, "k", message_id=("t", 0, 1)),
             Tuple(["c", 31_000, 3], fields, "k", message_id=("t", 0, 3))]
     [out] = run(cfg, [(0, rows)])
     assert [ids(w) for w in out.windows] == [["b", "a"]]  # none dropped by the id ledger
+    # without the lag, b (4 s, after a at 6 s in its partition) is late: the stream rule
+    [out] = run(dataclasses.replace(cfg, lag=Duration(0)), [(0, rows)])
+    assert [ids(w) for w in out.windows] == [["a"]] and ids(out.late_tuples) == ["b"]
 
 
 def test_windowed_bolts_are_declared_and_planned_as_their_own_stage():

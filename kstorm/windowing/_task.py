@@ -9,10 +9,15 @@ processing time, and saves :meth:`WindowedTask.snapshot` afterwards. Per batch:
 2. The tuples are sorted deterministically, because the rows of one task arrive in any order
    after a shuffle: by ``(timestamp, source component, stream, message id, values)``; with a
    message id field by ``(source, message id)``, the order the id ledger expects.
-3. Event time: a tuple is *late* iff its timestamp is below the watermark in force when the
-   batch started (the one computed at the end of the previous batch), so lateness does not
-   depend on the order of rows within a batch. Late tuples join no window; they are counted
-   and go to the late-tuple stream, if any.
+3. Event time: lateness is the built-in ``WindowedAggregate``'s rule (one rule for both
+   paths, README "Lateness"): a tuple is *late* iff its timestamp is below the latest
+   timestamp its own input stream delivered before it, minus the lag, or below the watermark
+   windows already fired at (which only a stream that had not delivered yet, or was idle,
+   can reach). "Before it" is arrival order within the stream -- offset order for a Kafka
+   partition -- across batches, so where batch boundaries fall changes nothing. Tuples from
+   a bolt (a ``component:stream`` input) have no arrival order after a shuffle: their order
+   within a batch is the deterministic one of step 2. Late tuples join no window; they are
+   counted and go to the late-tuple stream, if any.
 4. At the end of the batch the watermark is computed once -- min over the task's input
    streams of (latest timestamp - lag), leaving out streams idle for longer than the idle
    timeout -- or, in processing time, the clock moves to the batch time; the windows that
@@ -184,9 +189,14 @@ class WindowedTask:
         """Run one micro-batch at processing time ``now_ms`` (steps 1-4)."""
         stamped = self._stamp(tuples, now_ms, out)
         manager, tracker, store = self.manager, self.tracker, self.store
-        for tuple_, ts in stamped:
+        late = self._late_by_stream(stamped) if tracker is not None else None
+        for i, (tuple_, ts) in enumerate(stamped):
             if tracker is not None:
                 tracker.track(stream_of(tuple_), ts, now_ms)
+            if late is not None and late[i]:
+                manager.count_late()
+                out.late(tuple_)
+                continue
             ref: Any = tuple_ if store is None else store.new_ref()
             if not manager.add(ref, ts):
                 out.late(tuple_)
@@ -197,6 +207,26 @@ class WindowedTask:
                 for window in manager.on_processing_time(now_ms):
                     self._fire(window, out)
         self.tick(now_ms, out)
+
+    def _late_by_stream(self, stamped: list[tuple[Tuple, int]]) -> list[bool]:
+        """Step 3's stream rule: late iff ts < (latest of its stream before it) - lag."""
+        assert self.tracker is not None
+        lag = self.tracker.lag
+        by_stream: dict[str, list[int]] = {}
+        for i, (tuple_, _) in enumerate(stamped):
+            by_stream.setdefault(stream_of(tuple_), []).append(i)
+        late = [False] * len(stamped)
+        for stream, idx in by_stream.items():
+            mids = [stamped[i][0].message_id for i in idx]
+            if all(is_kafka_id(m) for m in mids):  # arrival order: the partition's offsets
+                idx = [i for _, i in sorted(zip((m[2] for m in mids), idx, strict=True))]
+            running = self.tracker.latest(stream)
+            for i in idx:
+                ts = stamped[i][1]
+                if running is not None and ts < running - lag:
+                    late[i] = True
+                running = ts if running is None else max(running, ts)
+        return late
 
     def tick(self, now_ms: int, out: WindowOutput) -> None:
         """Time moved to ``now_ms``: fire the windows that closed (no new tuples)."""

@@ -133,6 +133,10 @@ class WindowManager:
 
     # -- input -------------------------------------------------------------------------------
 
+    def count_late(self) -> None:
+        """Count one tuple found late before :meth:`add` (by its stream's clock)."""
+        self._late += 1
+
     def add(self, item: Any, ts: int) -> bool:
         """Track ``item`` with timestamp ``ts`` (ms; event time, or the processing time now).
 

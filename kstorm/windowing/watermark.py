@@ -75,6 +75,15 @@ class WatermarkTracker:
             if self._since is None:
                 self._since = now_ms
 
+    def latest(self, stream: Hashable) -> int | None:
+        """The latest timestamp ``stream`` delivered (None: nothing yet)."""
+        return self._latest.get(stream)
+
+    @property
+    def lag(self) -> int:
+        """The lag in ms."""
+        return self._lag
+
     def current(self, now_ms: int | None = None) -> int | None:
         """The watermark as of now (``None`` while some non-idle stream has no data)."""
         if now_ms is not None and self._since is None:
