@@ -85,7 +85,7 @@ from kstorm._spark.gc_control import paused
 from kstorm._spark.offset_log import read_batch
 from kstorm._spark.windowed_bolt import state_key
 from kstorm.config import TopologyConfig
-from kstorm.errors import KstormError, SinkError, SourceError
+from kstorm.errors import KstormError, SinkError, SourceError, StateError
 from kstorm.sink import BaseSink, SinkBatch, commit_sink
 from kstorm.topology import StormTopology
 from kstorm.transactional.attempt import TransactionAttempt
@@ -154,7 +154,7 @@ class CommitPhase:
                     decision = self.transactions.decide(attempt, exc)
                     self._failed_attempt(txid, attempt, decision)
                     if self.states is not None and decision.action != "fail":
-                        self.states.rollback(txid)  # the next attempt prepares again
+                        self._roll_states_back(txid, exc)  # the next attempt prepares again
                     if decision.action == "retry":
                         time.sleep(decision.delay_s)
                         attempt += 1
@@ -168,6 +168,19 @@ class CommitPhase:
             raise
         finally:
             context.setLocalProperty(ATTEMPT_PROPERTY, None)
+
+    def _roll_states_back(self, txid: int, cause: BaseException) -> None:
+        """Undo a failed attempt's state (prepared or committed); else stop, never re-run."""
+        assert self.states is not None
+        try:
+            self.states.rollback(txid)
+        except Exception as exc:
+            msg = (f"txid {txid} failed ({cause}) and the state of {self.states.components} "
+                   f"could not be rolled back ({type(exc).__name__}: {exc}): re-running the "
+                   "batch could apply its changes twice, so the topology stops")
+            raise StateError(msg, hint="check the state provider (topology.state.provider."
+                             "config), then restart: recovery at start settles the state "
+                             "at the checkpoint's txid") from exc
 
     def _failed_attempt(self, txid: int, attempt: int, decision: Decision) -> None:
         where = f"{decision.component!r}" if decision.component else "the batch"
