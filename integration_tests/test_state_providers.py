@@ -5,6 +5,9 @@
 - The hooks run in seed 000's order across the task (``pre_prepare``) and the driver
   (``pre_commit``), recorded in a Redis list in the order they ran.
 - The memory provider is refused on Spark, naming why.
+- A batch given up after failed attempts (dead-letter policy) commits none of the state its
+  failed attempts prepared.
+- A custom ``StateProvider`` ("package.module:Class") runs in the tasks and on the driver.
 """
 
 from __future__ import annotations
@@ -20,7 +23,15 @@ import redis
 from topologies import SplitSentence, WordCount
 from wc_topology import provider_conf
 
-from kstorm import ConfigError, Fields, KafkaSpout, TopologyBuilder, submit_topology
+from kstorm import (
+    BaseBasicBolt,
+    ConfigError,
+    FailedException,
+    Fields,
+    KafkaSpout,
+    TopologyBuilder,
+    submit_topology,
+)
 from kstorm._kafka.client import create_topic
 from serdes import StringSerde
 from sinks.redis import RedisConfig, RedisSink
@@ -130,3 +141,67 @@ def test_the_memory_provider_is_refused_on_spark(spark: Any, kafka: Any, redis_s
             "topology.state.provider": "memory"}
     with pytest.raises(ConfigError, match=r"memory keeps state in one process.*\['count'\]"):
         submit_topology(topic, conf, _topology(topic, redis_server.url, topic))
+
+
+class FailsBatchOne(BaseBasicBolt):
+    """Passes ``(word, count)`` on, except in batch 1, where every attempt fails."""
+
+    def prepare(self, conf: dict[str, Any], context: Any) -> None:
+        self.batch = context.batch_id
+
+    def declare_output_fields(self, declarer: Any) -> None:
+        declarer.declare(Fields("word", "count"))
+
+    def execute(self, tuple_: Any, collector: Any) -> None:
+        if self.batch == 1:
+            raise FailedException("batch 1 fails on every attempt")
+        collector.emit(list(tuple_.values))
+
+
+def test_a_given_up_batch_leaves_no_trace_in_provider_state(
+        spark: Any, kafka: Any, redis_server: Any, tmp_path: Path, produce: Any) -> None:
+    """Failed attempts prepared state; the dead-lettered batch must not commit it."""
+    topic = f"stf-{uuid.uuid4().hex[:8]}"
+    create_topic(kafka.bootstrap_servers, topic, 1)
+    sentences = [f"a b w{i % 7}" for i in range(90)]  # batches of 30: 0..29, 30..59, 60..89
+    produce(kafka.bootstrap_servers, topic, sentences)
+    builder = TopologyBuilder()
+    builder.set_spout("sentences", KafkaSpout(topic, value_serde=StringSerde(field="sentence"),
+                                              max_offsets_per_batch=30))
+    builder.set_bolt("split", SplitSentence(), 2).shuffle_grouping("sentences")
+    builder.set_bolt("count", WordCount(), 2).fields_grouping("split", Fields("word"))
+    builder.set_bolt("flaky", FailsBatchOne(), 2).fields_grouping("count", Fields("word"))
+    builder.set_bolt("store", RedisSink(RedisConfig.from_url(redis_server.url),
+                                        key=topic + ":{word}", value="count", merge="max")
+                     ).fields_grouping("flaky", Fields("word"))
+    conf = {"kafka.bootstrap.servers": kafka.bootstrap_servers,
+            "kstorm.trigger": "available-now",
+            "kstorm.checkpoint.dir": str(tmp_path / "checkpoint"),
+            "kstorm.transaction.max.attempts": 2, "kstorm.transaction.backoff.ms": 10,
+            "kstorm.transaction.failure.policy": "dead-letter",
+            **provider_conf("redis", redis_server.url)}
+    handle = submit_topology(topic, conf, builder.create_topology())
+    assert handle.await_termination(180)
+    assert handle.progress["components"]["__transactions"]["dead_lettered"] == 1
+    client = redis.Redis.from_url(redis_server.url, decode_responses=True)
+    kept = sentences[:30] + sentences[60:]
+    assert _counts(client, topic) == Counter(w for s in kept for w in s.split())
+
+
+def test_a_custom_state_provider_runs_in_the_tasks_and_on_the_driver(
+        spark: Any, kafka: Any, redis_server: Any, tmp_path: Path, produce: Any) -> None:
+    topic = f"stc-{uuid.uuid4().hex[:8]}"
+    create_topic(kafka.bootstrap_servers, topic, 2)
+    sentences = ["a b a", "c"] * 30
+    produce(kafka.bootstrap_servers, topic, sentences)
+    conf = {"kafka.bootstrap.servers": kafka.bootstrap_servers,
+            "kstorm.trigger": "available-now",
+            "kstorm.checkpoint.dir": str(tmp_path / "checkpoint"),
+            "topology.state.provider": "custom_state:TaggedRedisStateProvider",
+            "user.state.redis": redis_server.url}
+    assert submit_topology(topic, conf, _topology(topic, redis_server.url, topic)
+                           ).await_termination(180)
+    client = redis.Redis.from_url(redis_server.url, decode_responses=True)
+    assert _counts(client, topic) == Counter(w for s in sentences for w in s.split())
+    stored = client.hgetall(f"kstorm:state:custom/{topic}:count:0$meta")
+    assert stored["committed"] == client.hget(f"kstorm:{topic}:store:offsets", "txid")
