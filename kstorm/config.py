@@ -167,6 +167,26 @@ class TopologyConfig(BaseModel):
                "StateProvider class as 'package.module:Class'")
         raise ValueError(msg)
 
+    def _check_max_spout_pending(self) -> None:
+        """``topology.max.spout.pending`` bounds something in every mode it is accepted in."""
+        pending = self.max_spout_pending
+        if pending is None or (self.guarantee is Guarantee.AT_LEAST_ONCE
+                               and self.ackers_enabled):
+            return  # at least once: the bound on un-acked spout tuples per spout task
+        if self.acks_on_emit:
+            msg = (f"topology.max.spout.pending = {pending} has no effect at most once: no "
+                   "tuple is tracked, so none is ever pending (Storm applies it only to "
+                   "tuples tracked by ackers)")
+            raise ConfigError(msg, hint="remove it, or set topology.guarantee = "
+                              "at-least-once with ackers to bound un-acked tuples")
+        if pending > 1:
+            msg = (f"topology.max.spout.pending = {pending} asks for {pending} pending "
+                   "batches, but exactly once a spout's tuples are pending one micro-batch at "
+                   "a time: Spark plans batch N + 1 only after batch N committed")
+            raise ConfigError(msg, hint="remove it (or set 1); bound a batch's size with "
+                              "KafkaSpout(max_offsets_per_batch=...) or "
+                              "kstorm.spout.max.batch.tuples")
+
     def _check_state_provider_config(self) -> None:
         if self.state_provider == "redis":
             from kstorm.redis_state import RedisStateConfig
@@ -214,6 +234,7 @@ class TopologyConfig(BaseModel):
             msg = f"invalid topology configuration: {problems}"
             raise ConfigError(msg) from exc
         settings._check_state_provider_config()
+        settings._check_max_spout_pending()
         return settings
 
     @property

@@ -18,13 +18,14 @@ from kstorm.launcher import env_name, load_conf, load_topology
 def test_file_then_environment_then_overrides(tmp_path: Path) -> None:
     toml = tmp_path / "conf.toml"
     toml.write_text('[kafka]\nbootstrap.servers = "file:9092"\n'
-                    '[topology]\nmax.spout.pending = 10\n'
+                    '[topology]\nmax.spout.pending = 10\nguarantee = "at-least-once"\n'
                     '[kstorm.spark]\nconf = { "spark.executor.memory" = "1g" }\n')
     conf = load_conf(toml, {"KSTORM_KAFKA_BOOTSTRAP_SERVERS": "env:9092",
                             "KSTORM_TOPOLOGY_MAX_SPOUT_PENDING": "20",
                             "KSTORM_UNRELATED": "x", "HOME": "/root"},
                      ["topology.max.spout.pending=30"])
     assert conf == {"kafka.bootstrap.servers": "env:9092", "topology.max.spout.pending": 30,
+                    "topology.guarantee": "at-least-once",
                     "kstorm.spark.conf": {"spark.executor.memory": "1g"}}
     assert TopologyConfig.from_conf(conf).max_spout_pending == 30
 

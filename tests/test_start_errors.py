@@ -62,3 +62,19 @@ def test_an_unreachable_redis_is_named_at_submit(tmp_path: Path) -> None:
         submit_topology("t", {"kstorm.checkpoint.dir": str(tmp_path / "ck")},
                         builder.create_topology())
     assert time.monotonic() - started < 15
+
+
+@pytest.mark.parametrize(("conf", "match"), [
+    ({"topology.guarantee": "at-most-once", "topology.max.spout.pending": 10},
+     "no effect at most once"),
+    ({"topology.guarantee": "at-least-once", "topology.acker.executors": 0,
+      "topology.max.spout.pending": 10}, "no effect at most once"),
+    ({"topology.max.spout.pending": 10}, "one micro-batch at a time"),
+])
+def test_max_spout_pending_is_refused_where_it_bounds_nothing(conf: dict, match: str) -> None:
+    from kstorm.config import TopologyConfig
+
+    with pytest.raises(ConfigError, match=match):
+        TopologyConfig.from_conf(conf)
+    TopologyConfig.from_conf({**conf, "topology.guarantee": "at-least-once",
+                              "topology.acker.executors": 1})  # where it does bound: fine

@@ -66,7 +66,7 @@ def test_defaults_follow_storm():
     cfg = WindowConfig(Count(10))
     assert cfg.sliding_interval == Count(1)  # withWindow(length) slides on every tuple
     assert cfg.lag == Duration.millis(0)
-    assert cfg.watermark_interval == Duration.seconds(1)
+    assert cfg.watermark_interval is None  # once per micro-batch unless set
     assert not cfg.is_event_time and cfg.extractor is None
     assert not cfg.tumbling and not cfg.persistent
 
@@ -88,6 +88,7 @@ def test_tumbling_slides_by_its_length():
     ({"window_length": Count(2), "timestamp_extractor": 42}, "callable"),
     ({"window_length": Count(2), "lag": 5}, "lag must be a Duration"),
     ({"window_length": Count(2), "watermark_interval": Duration.millis(0)}, "watermark"),
+    ({"window_length": Count(2), "watermark_interval": Duration.seconds(1)}, "needs event time"),
     ({"window_length": Count(2), "max_events_in_memory": 0}, "max_events_in_memory"),
     ({"window_length": Count(2), "timestamp_field": ""}, "timestamp_field"),
 ])

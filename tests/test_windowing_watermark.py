@@ -114,3 +114,41 @@ def test_matches_definition_and_survives_snapshot(ops, lag, cut):
                 last = got
                 active = [s for s in latest if now - seen_at[s] < 200]
                 assert got == min(latest[s] for s in active) - lag
+
+
+def test_a_windowed_bolt_honours_its_watermark_interval_in_batch_time():
+    from kstorm.tuple import Fields, Tuple
+    from kstorm.windowing import WindowConfig
+    from kstorm.windowing._task import Collect, WindowedTask
+
+    fields = Fields("id", "ts")
+
+    def run(interval):
+        config = WindowConfig(Duration.seconds(10), tumbling=True, timestamp_field="ts",
+                              watermark_interval=interval)
+        fired, snap = [], None
+        for i, now in enumerate(range(0, 8_000, 1_000)):  # a batch per second, ts 10 s apart
+            task = WindowedTask("w", config)
+            task.restore(snap)
+            out = Collect()
+            task.process([Tuple([str(i), 10_000 * (i + 1)], fields, "s",
+                                message_id=("t", 0, i))], now, out)
+            fired.append([end for _, end in out.bounds])
+            snap = pickle.loads(pickle.dumps(task.snapshot()))
+        return fired
+
+    every_batch = run(None)
+    assert every_batch == [[10_000], [20_000], [30_000], [40_000], [50_000], [60_000],
+                           [70_000], [80_000]]
+    # at most once per 3 s of batch time: the watermark advances at 3 s and 6 s only
+    assert run(Duration.seconds(3)) == [[], [], [], [10_000, 20_000, 30_000, 40_000], [], [],
+                                        [50_000, 60_000, 70_000], []]
+
+
+def test_the_aggregate_refuses_a_watermark_interval():
+    from kstorm.windowing.aggregate import Agg, WindowedAggregate
+
+    agg = (WindowedAggregate(key="k", n=Agg.count()).with_tumbling_window(Duration.seconds(10))
+           .with_timestamp_field("ts").with_watermark_interval(Duration.seconds(2)))
+    with pytest.raises(ConfigError, match="trigger interval"):
+        agg.spec()

@@ -233,7 +233,8 @@ class WindowedTask:
         if self.tracker is None:
             windows = self.manager.on_processing_time(now_ms)
         else:
-            watermark = self.tracker.emit(now_ms)
+            watermark = (self.tracker.emit(now_ms) if self.config.watermark_interval is None
+                         else self.tracker.poll(now_ms))
             windows = [] if watermark is None else self.manager.on_watermark(watermark)
         for window in windows:
             self._fire(window, out)

@@ -204,6 +204,12 @@ class WindowedAggregate(WindowedBoltConfigMixin, BaseRichBolt):
                               "with_timestamp_field(name) (an int field of epoch ms)"
             )
             raise ConfigError(msg)
+        if cfg.watermark_interval is not None:
+            msg = (f"{type(self).__name__}: with_watermark_interval is not supported: the "
+                   "aggregate closes windows once per micro-batch, so the trigger interval "
+                   "(kstorm.trigger.interval.ms) is its watermark interval")
+            raise ConfigError(msg, hint="remove with_watermark_interval, or set "
+                              "kstorm.trigger.interval.ms; a BaseWindowedBolt honours it")
         if not isinstance(cfg.window_length, Duration) or not isinstance(
                 cfg.sliding_interval, Duration):
             msg = (

@@ -103,11 +103,13 @@ class WindowedBoltConfigMixin:
         return self._set(lag=_duration(lag, "lag"))
 
     def with_watermark_interval(self, interval: Duration) -> Self:
-        """How often watermarks are emitted (Storm: default 1 s).
+        """The watermark advances at most once per ``interval`` (Storm's watermark interval).
 
-        On Spark the watermark is evaluated once per micro-batch, so the trigger interval
-        (``kstorm.trigger.interval.ms``) is the watermark interval; this value is validated and
-        kept for Storm compatibility.
+        Without it the watermark is evaluated once per micro-batch (the trigger interval,
+        ``kstorm.trigger.interval.ms``, is the watermark interval). With it, a windowed bolt
+        advances its watermark at the first micro-batch at least ``interval`` of batch time
+        after the last advance, as Storm's timer does; windows then close at most that often.
+        The built-in ``WindowedAggregate`` closes windows every micro-batch and refuses it.
         """
         interval = _duration(interval, "watermark interval")
         if interval.ms <= 0:

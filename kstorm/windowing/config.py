@@ -113,7 +113,9 @@ class WindowConfig:
         timestamp_field / timestamp_extractor: Use event time read from the tuple (at most
             one of the two); without them the processing time is used.
         lag: Maximum out-of-orderness of event timestamps; the watermark trails by it.
-        watermark_interval: How often watermarks are emitted (event time only).
+        watermark_interval: Event time: the watermark advances at most once per this much
+            processing (batch) time; ``None`` (the default): once per micro-batch, i.e. the
+            trigger interval is the watermark interval.
         late_tuple_stream: Stream on which late tuples are emitted (needs event time).
         message_id_field: Monotonically increasing id, to checkpoint only the last expired
             and last evaluated ids per source (seed 004 "Stateful windowing").
@@ -133,7 +135,7 @@ class WindowConfig:
     timestamp_field: str | None = None
     timestamp_extractor: Callable[[Any], int] | None = None
     lag: Duration = field(default_factory=lambda: Duration(0))
-    watermark_interval: Duration = field(default_factory=lambda: Duration.seconds(1))
+    watermark_interval: Duration | None = None
     late_tuple_stream: str | None = None
     message_id_field: str | None = None
     persistent: bool = False
@@ -171,8 +173,14 @@ class WindowConfig:
         if not isinstance(self.lag, Duration):
             msg = f"lag must be a Duration, got {self.lag!r}"
             raise ConfigError(msg)
-        if not isinstance(self.watermark_interval, Duration) or self.watermark_interval.ms <= 0:
+        if self.watermark_interval is not None and (
+                not isinstance(self.watermark_interval, Duration)
+                or self.watermark_interval.ms <= 0):
             msg = f"watermark interval must be a positive Duration, got {self.watermark_interval!r}"
+            raise ConfigError(msg)
+        if self.watermark_interval is not None and not self.is_event_time:
+            msg = ("with_watermark_interval needs event time (with_timestamp_field or "
+                   "with_timestamp_extractor): processing-time windows have no watermark")
             raise ConfigError(msg)
         if self.late_tuple_stream is not None and not self.is_event_time:
             msg = (
