@@ -120,6 +120,9 @@ def task_for(grouping: Grouping, parallelism: int, values_hash: int | None,
         parallelism: number of tasks of the subscribing bolt.
         values_hash: stable hash of the grouping fields' values (fields grouping only).
         partition: the Spark partition the tuple is in (shuffle groupings keep it there).
+
+    The executor spreads shuffle-like groupings round robin over the tasks itself (every
+    task runs); this partition-based choice is the fallback for a single task.
     """
     kind = grouping.kind
     if kind is GroupingKind.FIELDS:

@@ -78,7 +78,7 @@ class _Route(NamedTuple):
     positions: list[int] | None  # grouping fields' positions (fields grouping only)
     to_driver: bool = False  # a sink: processed in the batch's commit phase, never anchored
     one: int = -1         # fields grouping on one field: its position (a faster hash)
-    spread: bool = False  # a shuffle to a batch bolt in another stage: round robin over tasks
+    spread: bool = False  # a shuffle-like grouping: round robin over the consumer's tasks
 
 
 class _EmitPlan(NamedTuple):
@@ -142,7 +142,7 @@ class StageExecutor:
         self._queued = 0        # tuples in _groups
         self._queued_bytes = 0  # bytes of the values pickled at emit in _groups
         self._plans: dict[str, dict[str, _EmitPlan]] = {}  # component -> stream -> plan
-        self._spread: dict[str, int] = {}  # batch bolt consumer -> tuples sent round robin
+        self._spread: dict[str, int] = {}  # consumer -> tuples sent round robin
         self._order: list[tuple[str, int, str, str]] | None = None  # per-tuple view: emits
         # a defaultdict: Counter's item access is ~2x slower, three times per tuple
         self.counters: defaultdict[str, int] = defaultdict(int)
@@ -174,10 +174,13 @@ class StageExecutor:
                 one = (positions[0] if grouping.kind is GroupingKind.FIELDS
                        and positions is not None and len(positions) == 1 else -1)
                 fused = where == self.stage.index
-                spread = (not fused and positions is None
+                # shuffle-like groupings spread tuples round robin over the bolt's N
+                # tasks (from this partition's own start, so replays agree): every task
+                # runs whatever the number of Spark partitions upstream
+                spread = (positions is None
                           and grouping.kind in (GroupingKind.SHUFFLE, GroupingKind.NONE,
                                                 GroupingKind.LOCAL_OR_SHUFFLE)
-                          and is_batch_bolt(self.topology.components[consumer].component))
+                          and self.topology.components[consumer].parallelism > 1)
                 routes.setdefault(stream, []).append(_Route(
                     consumer, grouping, fused,
                     self.topology.components[consumer].parallelism, positions,

@@ -4,7 +4,8 @@ Pure Python: no Spark here, so the plan can be tested without a JVM.
 
 A *stage* is one Python operator over Arrow batches inside a Spark task. Bolts fuse into
 their upstream's stage when nothing needs to move between tasks (shuffle, local-or-shuffle
-and none groupings keep a tuple in the partition it arrived in). A new stage starts where
+and none groupings keep a tuple in the partition it arrived in, spreading tuples round robin
+over the bolt's tasks: every one of its N tasks runs). A new stage starts where
 Storm would move tuples between tasks or keep task state:
 
 - a fields grouping: ``__task = hash(fields) mod parallelism`` then a hash partitioning on

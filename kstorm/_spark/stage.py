@@ -42,6 +42,7 @@ from kstorm._runtime.plan import AckingPlan, Plan
 from kstorm._runtime.transaction import ATTEMPT_PROPERTY, DEAD_LETTER_PROPERTY
 from kstorm._spark.gc_control import freeze_imports
 from kstorm.config import TopologyConfig
+from kstorm.grouping import GroupingKind
 from kstorm.state import encode_key
 from kstorm.topology import StormTopology
 from kstorm.transactional.attempt import TransactionAttempt
@@ -262,13 +263,29 @@ class StageRunner:
         partition = _partition()
         par = ctx.topology.components[ctx.stage.head].parallelism
         executor = ctx.executor(partition)
+        sent = [partition]  # round robin over the head's tasks, from this partition's start
+        kind = raw_grouping_kind(ctx)
 
         def tasks(batch: pa.RecordBatch) -> list[int]:
             if "__task" in batch.schema.names:
                 return batch.column("__task").to_pylist()
-            return [partition % par] * batch.num_rows
+            if par == 1 or kind is GroupingKind.GLOBAL:
+                return [0] * batch.num_rows
+            start, sent[0] = sent[0], sent[0] + batch.num_rows
+            return [(start + i) % par for i in range(batch.num_rows)]
 
         yield from _run(ctx, executor, batches, tasks)
+
+
+def raw_grouping_kind(ctx: StageContext) -> GroupingKind | None:
+    """How the stage's head subscribes to the spout whose raw rows the stage reads."""
+    spout = ctx.stage.raw_spout
+    if spout is None:
+        return None
+    for grouping in ctx.topology.components[ctx.stage.head].inputs:
+        if grouping.component == spout:
+            return grouping.kind
+    return None
 
 
 class MapStateKeyValue:

@@ -1,0 +1,56 @@
+"""Parallelism means tasks (issue 15, item 2): a bolt with parallelism N runs as N tasks.
+
+A shuffle-like grouping spreads tuples round robin over the bolt's tasks, from each Spark
+partition's own start (so a replay sends each tuple to the same task), whether the bolt
+reads a spout's rows in the same stage or another bolt's output. Before, a task was the
+Spark partition modulo the parallelism, so 2 partitions never reached tasks 2 and 3.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from kstorm import BaseBasicBolt, Fields, TopologyBuilder
+from kstorm.testing import ListSpout, run_to_completion
+
+
+class WhichTask(BaseBasicBolt):
+    """Emits ``(task_index, n)`` for every tuple."""
+
+    def prepare(self, conf: dict[str, Any], context: Any) -> None:
+        self.task = context.task_index
+        self.tasks = context.num_tasks
+
+    def declare_output_fields(self, declarer: Any) -> None:
+        declarer.declare(Fields("task", "n"))
+
+    def execute(self, tuple_: Any, collector: Any) -> None:
+        assert self.tasks == 4
+        collector.emit([self.task, tuple_.values[-1]])
+
+
+class Pass(BaseBasicBolt):
+    def declare_output_fields(self, declarer: Any) -> None:
+        declarer.declare(Fields("n"))
+
+    def execute(self, tuple_: Any, collector: Any) -> None:
+        collector.emit([tuple_.values[0]])
+
+
+def test_a_shuffle_grouped_bolt_with_parallelism_4_over_2_partitions_runs_4_tasks(
+        spark: Any, tmp_path: Any) -> None:
+    batches = [[(i,) for i in range(b * 40, b * 40 + 40)] for b in range(3)]
+    builder = TopologyBuilder()
+    builder.set_spout("numbers", ListSpout(batches, Fields("n"), partitions=2))
+    builder.set_bolt("direct", WhichTask(), 4).shuffle_grouping("numbers")  # spout's rows
+    builder.set_bolt("pass", Pass(), 1).shuffle_grouping("numbers")
+    builder.set_bolt("after", WhichTask(), 4).local_or_shuffle_grouping("pass")
+    result = run_to_completion(builder.create_topology(),
+                               {"kstorm.checkpoint.dir": str(tmp_path / "cp")})
+    for bolt in ("direct", "after"):
+        rows = result.emitted[bolt]["default"]
+        per_task = Counter(task for task, _ in rows)
+        assert sorted(per_task) == [0, 1, 2, 3], (bolt, per_task)
+        assert sorted(n for _, n in rows) == list(range(120))  # each tuple once
+        assert max(per_task.values()) - min(per_task.values()) <= 6, (bolt, per_task)
