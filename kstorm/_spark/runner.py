@@ -33,7 +33,7 @@ from kstorm._runtime.reliability import SpoutReliability, lowest_unacked
 from kstorm._runtime.state_book import StateBook
 from kstorm._spark.commit import UNACKED_STATE, CommitPhase, window_state_key
 from kstorm._spark.compiler import compile_query
-from kstorm._spark.offset_log import last_committed_batch
+from kstorm._spark.offset_log import last_committed_batch, next_batch_id
 from kstorm._spark.session import get_session
 from kstorm._spark.windowed import WindowCommit
 from kstorm.config import Guarantee, TopologyConfig, TriggerMode
@@ -66,6 +66,14 @@ def start(name: str, conf: dict[str, Any], topology: StormTopology) -> TopologyH
                if sink.records_offsets}
     last_batch = last_committed_batch(checkpoint)
     resume = reconcile.decide(last_batch, layout.txid_base(), checkpoint.exists(), records)
+    if (last_batch is None and resume.from_sink is None and not resume.reset_checkpoint
+            and next_batch_id(checkpoint) > 0 and _keeps_spark_state(plan, settings)):
+        # Stopped during its very first batch: Spark refuses to run batch 0 again for a
+        # query with state operators (its offsets log must then be empty). Nothing of it
+        # was committed anywhere, so plan it again from the spouts' starting offsets.
+        log.warning("topology %r: its first batch never committed (stopped during it); "
+                    "planning it again from the spouts' starting offsets", name)
+        layout.move_aside()
     if resume.from_sink is not None:
         _check_state_survives(name, topology, plan, checkpoint, resume, sinks, settings)
     states = _recover_states(name, conf, settings, topology, plan, resume, last_batch,
@@ -251,6 +259,13 @@ def _watch_missing_topics(name: str, topology: StormTopology, missing: dict[str,
                     del waiting[spout_id]
 
     threading.Thread(target=watch, name=f"kstorm-topics-{name}", daemon=True).start()
+
+
+def _keeps_spark_state(plan: Any, settings: TopologyConfig) -> bool:
+    """Whether the query has state operators (transformWithState: state, windows, ackers)."""
+    tracked = settings.guarantee is Guarantee.AT_LEAST_ONCE and settings.ackers_enabled
+    return tracked or any(stage.stateful or (stage.windowed and not stage.native_window)
+                          for stage in plan.stages)
 
 
 def _recover_states(name: str, conf: dict[str, Any], settings: TopologyConfig,
