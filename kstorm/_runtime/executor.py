@@ -6,8 +6,14 @@ envelope rows. A tuple emitted to a bolt fused into the same stage is executed a
 depth first; a tuple for another stage, a sink or the dead-letter path becomes an
 :class:`Outgoing` record.
 
-A bolt instance lives for one batch of one task (one Storm transaction): it is created and
-prepared on the task's first tuple and ``finish_batch`` / ``cleanup`` run after its last.
+A bolt instance is created and prepared on its task's first tuple, and ``finish_batch``
+runs after the task's last tuple of the batch. Given ``instances`` (the Spark layer passes one
+per stage and Python worker process), instances live as long as that process: the next
+batch's executor reuses them (their collector re-bound to it, ``prepare`` not called again,
+``init_state`` again with the batch's state), and ``cleanup`` runs when the process lets them
+go (:class:`BoltInstances`). Batch bolts (seed 002) get a new instance per batch, as in
+Storm. Without ``instances`` (the commit stage, tests), an instance lives for one batch and
+``cleanup`` runs after it.
 """
 
 from __future__ import annotations
@@ -104,7 +110,8 @@ class StageExecutor:
                  topology_name: str, conf: dict[str, Any], batch_id: int, partition: int,
                  settings: TopologyConfig | None = None,
                  state_for: Callable[[str, int], KeyValueState] | None = None,
-                 acking: AckingPlan | None = None, attempt: Any = None) -> None:
+                 acking: AckingPlan | None = None, attempt: Any = None,
+                 instances: dict[tuple[str, int], Any] | None = None) -> None:
         """One stage's executor for one task of one batch.
 
         Args:
@@ -120,6 +127,7 @@ class StageExecutor:
             acking: at least once, what anchoring and the acker messages need.
             attempt: the batch's :class:`TransactionAttempt` (batch bolts' ``prepare`` gets
                 it; default: the batch id).
+            instances: ``(component, task) -> instance`` kept across batches (module doc).
         """
         self.topology = topology
         self.plan = plan
@@ -137,6 +145,7 @@ class StageExecutor:
         self._fail_fails_batch = self.settings.guarantee is Guarantee.EXACTLY_ONCE
         self._capture = self.settings.captures
         self._tasks: dict[tuple[str, int], _Task] = {}
+        self._instances = instances
         self._out: list[Outgoing] = []   # rows that are not tuples for a bolt/sink
         self._groups: dict[tuple[str, int, str, str], list[Any]] = {}  # -> [entries, metas]
         self._queued = 0        # tuples in _groups
@@ -358,11 +367,58 @@ class StageExecutor:
         if found is not None:
             return found
         spec = self.topology.components[component]
+        kept = None if self._instances is None else self._instances.get(key)
+        if kept is not None:
+            bolt, collector, basic, context = kept
+            # the runtime's own context object, kept by the bolt since prepare: the batch moves
+            object.__setattr__(context, "batch_id", self.batch_id)
+            collector._emit, collector._ack, collector._fail = self._collector_fns(component,
+                                                                                   task)
+            self.counters[f"{component}.reused"] += 1
+            return self._with_state(key, _Task(bolt, collector, basic, context,
+                                               f"{component}.executed"))
         bolt = copy.deepcopy(spec.component)
         context = TopologyContext(self.topology_name, component, task, spec.parallelism,
                                   self.batch_id, dict(spec.streams))
         windowed = bool(getattr(bolt, "is_windowed_bolt", False))
         collector_type = _windowed_collector() if windowed else OutputCollector
+        collector = collector_type(*self._collector_fns(component, task))
+        conf = {**self.conf, **spec.conf}
+        basic = None
+        if is_batch_bolt(bolt):
+            bolt.prepare(conf, context, BatchOutputCollector(collector._emit), self.attempt)
+        elif isinstance(bolt, BaseBasicBolt):
+            basic = BasicOutputCollector(collector)
+            bolt.prepare(conf, context)
+        elif isinstance(bolt, BaseRichBolt) or windowed:
+            bolt.prepare(conf, context, collector)
+        else:
+            msg = (
+                f"bolt {component!r} is a {type(bolt).__name__}: expected a "
+                                "BaseRichBolt, BaseBasicBolt or BaseStatefulBolt"
+            )
+            raise TopologyError(msg)
+        self.counters[f"{component}.prepared"] += 1
+        if self._instances is not None and not is_batch_bolt(bolt):
+            self._instances[key] = (bolt, collector, basic, context)
+        return self._with_state(key, _Task(bolt, collector, basic, context,
+                                           f"{component}.executed"))
+
+    def _with_state(self, key: tuple[str, int], found: _Task) -> _Task:
+        """Give a stateful bolt the batch's state; register the task for this batch."""
+        component, task = key
+        bolt = found.bolt
+        if isinstance(bolt, BaseStatefulBolt) or getattr(bolt, "is_stateful_windowed_bolt",
+                                                         False):
+            if self._state_for is None:
+                msg = f"stateful bolt {component!r} has no state provider"
+                raise TopologyError(msg)
+            bolt.init_state(self._state_for(component, task))
+        self._tasks[key] = found
+        return found
+
+    def _collector_fns(self, component: str, task: int) -> tuple[Any, Any, Any]:
+        """(emit, ack, fail) of ``component``'s task ``task`` in this batch's executor."""
         if self._acking is None:
             counters, acked, failed = self.counters, f"{component}.acked", f"{component}.failed"
             fails_batch = self._fail_fails_batch
@@ -383,31 +439,7 @@ class StageExecutor:
 
             def on_fail(t: Tuple) -> None:
                 self._failed(component, t)
-        collector = collector_type(partial(self._emit, component, task), on_ack, on_fail)
-        conf = {**self.conf, **spec.conf}
-        basic = None
-        if is_batch_bolt(bolt):
-            bolt.prepare(conf, context, BatchOutputCollector(collector._emit), self.attempt)
-        elif isinstance(bolt, BaseBasicBolt):
-            basic = BasicOutputCollector(collector)
-            bolt.prepare(conf, context)
-        elif isinstance(bolt, BaseRichBolt) or windowed:
-            bolt.prepare(conf, context, collector)
-        else:
-            msg = (
-                f"bolt {component!r} is a {type(bolt).__name__}: expected a "
-                                "BaseRichBolt, BaseBasicBolt or BaseStatefulBolt"
-            )
-            raise TopologyError(msg)
-        if isinstance(bolt, BaseStatefulBolt) or getattr(bolt, "is_stateful_windowed_bolt",
-                                                         False):
-            if self._state_for is None:
-                msg = f"stateful bolt {component!r} has no state provider"
-                raise TopologyError(msg)
-            bolt.init_state(self._state_for(component, task))
-        found = _Task(bolt, collector, basic, context, f"{component}.executed")
-        self._tasks[key] = found
-        return found
+        return partial(self._emit, component, task), on_ack, on_fail
 
     def _deliver(self, component: str, task: int, tup: Tuple) -> None:
         t = self._tasks.get((component, task)) or self._task(component, task)
@@ -563,7 +595,9 @@ class StageExecutor:
                 else:
                     t.bolt.finish_batch()
                 yield from self._drain()
-        for t in self._tasks.values():
+        for key, t in self._tasks.items():
+            if self._instances is not None and key in self._instances:
+                continue  # kept for the next batch: cleanup when the process lets it go
             cleanup = getattr(t.bolt, "cleanup", None)
             if cleanup is not None:
                 cleanup()

@@ -13,8 +13,9 @@ records.
 from __future__ import annotations
 
 import pickle
+import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
@@ -65,6 +66,7 @@ class StageContext:
     #                           ints arrive as floats)
     acking: AckingPlan | None = None  # at-least-once: anchoring and acker messages
     txid_base: int = 0       # txid = txid_base + batch id (batch bolts' TransactionAttempt)
+    run_id: str = field(default_factory=lambda: uuid.uuid4().hex)  # this submit's stage
 
     @property
     def stage(self) -> Any:
@@ -80,7 +82,56 @@ class StageContext:
                              topology_name=self.topology_name, conf=self.conf,
                              settings=self.settings, batch_id=batch,
                              partition=partition, state_for=state_for, acking=self.acking,
-                             attempt=attempt)
+                             attempt=attempt, instances=INSTANCES.of(self.run_id))
+
+
+class BoltInstances:
+    """The bolt instances of this Python worker process, per stage run (``run_id``).
+
+    A stage's bolt instances stay for the next micro-batch that runs the same task in this
+    process (``prepare`` once per task and process). Spark may run a task in another worker
+    process, or restart one: that process prepares its own instance (counted as
+    ``<component>.prepared`` in progress). Instances of the stages run least recently are let
+    go (``cleanup()``) once more than ``keep`` stages are cached, and at process exit.
+    """
+
+    def __init__(self, keep: int = 16) -> None:
+        self.keep = keep
+        self._runs: dict[str, dict[tuple[str, int], Any]] = {}
+        self._exit_hook = False
+
+    def of(self, run_id: str) -> dict[tuple[str, int], Any]:
+        """The instances of one stage run (created on first use, most recent last)."""
+        found = self._runs.pop(run_id, None)
+        if found is None:
+            found = {}
+            if not self._exit_hook:
+                import atexit
+
+                atexit.register(self.clear)
+                self._exit_hook = True
+        self._runs[run_id] = found
+        while len(self._runs) > self.keep:
+            self._release(self._runs.pop(next(iter(self._runs))))
+        return found
+
+    def clear(self) -> None:
+        """Let every instance go (``cleanup()``)."""
+        while self._runs:
+            self._release(self._runs.pop(next(iter(self._runs))))
+
+    @staticmethod
+    def _release(instances: dict[tuple[str, int], Any]) -> None:
+        for bolt, *_ in instances.values():
+            cleanup = getattr(bolt, "cleanup", None)
+            if cleanup is not None:
+                try:
+                    cleanup()
+                except Exception:  # noqa: BLE001, S110 - a bolt's cleanup must not stop others
+                    pass
+
+
+INSTANCES = BoltInstances()
 
 
 def _local(name: str) -> str | None:
