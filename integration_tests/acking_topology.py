@@ -129,6 +129,7 @@ class Leaf(BaseBasicBolt):
         """One tuple per value seen."""
         for value, n in sorted(self.seen.items()):
             collector.emit([value, n])
+        self.seen.clear()  # the instance lives on into the next batch
 
 
 class Chaotic(Flaky):

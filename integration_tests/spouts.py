@@ -116,7 +116,7 @@ class Record(BaseRichBolt):
 
     def prepare(self, conf: dict[str, Any], context: Any, collector: Any) -> None:
         self.collector = collector
-        self.batch_id = context.batch_id
+        self.context = context  # the instance outlives a batch: context.batch_id moves on
         self.task = context.task_index
         self.seen: list[int] = []
 
@@ -127,11 +127,11 @@ class Record(BaseRichBolt):
         self.collector.ack(t)
 
     def finish_batch(self) -> None:
+        batch_id, seen, self.seen = self.context.batch_id, self.seen, []
         with open(Path(self.state_dir) / "batches", "a") as f:
-            f.write(f"{self.batch_id} {os.getpid()} {self.task} "
-                    f"{' '.join(map(str, self.seen))}\n")
+            f.write(f"{batch_id} {os.getpid()} {self.task} {' '.join(map(str, seen))}\n")
         marker = Path(self.state_dir) / "paused"
-        if self.batch_id == self.pause_batch and not marker.exists():
+        if batch_id == self.pause_batch and not marker.exists():
             marker.write_text(str(os.getpid()))
             time.sleep(120)  # the test kills the process now
 

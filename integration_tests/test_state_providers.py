@@ -147,13 +147,13 @@ class FailsBatchOne(BaseBasicBolt):
     """Passes ``(word, count)`` on, except in batch 1, where every attempt fails."""
 
     def prepare(self, conf: dict[str, Any], context: Any) -> None:
-        self.batch = context.batch_id
+        self.context = context  # prepared once per task: context.batch_id is the current batch
 
     def declare_output_fields(self, declarer: Any) -> None:
         declarer.declare(Fields("word", "count"))
 
     def execute(self, tuple_: Any, collector: Any) -> None:
-        if self.batch == 1:
+        if self.context.batch_id == 1:
             raise FailedException("batch 1 fails on every attempt")
         collector.emit(list(tuple_.values))
 
