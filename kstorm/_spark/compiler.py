@@ -213,13 +213,14 @@ def _partition_raw(frame: DataFrame, stage: Stage, topology: StormTopology) -> D
         task = F.pmod(F.xxhash64(*[F.col(f) for f in p.fields]), F.lit(n)).cast("int")
     elif p.kind is PartitionKind.SINGLE:
         task = F.lit(0)
-    elif p.kind is PartitionKind.BROADCAST:
-        task = F.explode(F.sequence(F.lit(0), F.lit(n - 1)))
+    elif p.kind is PartitionKind.BROADCAST:  # one row per task (a generator: no cast around it)
+        task = F.explode(F.sequence(F.lit(0), F.lit(n - 1)).cast("array<int>"))
     elif stage.keyed:
         task = F.pmod(F.spark_partition_id(), F.lit(n)).cast("int")
     else:
         return frame
-    frame = frame.withColumn("__task", task.cast("int"))
+    frame = frame.withColumn("__task", task if p.kind is PartitionKind.BROADCAST
+                             else task.cast("int"))
     return frame if stage.keyed else _exchange(frame, stage, n)
 
 
