@@ -54,3 +54,33 @@ def test_a_worker_killed_mid_run_changes_no_result(kafka: Any, redis_server: Any
     s.check(dataset, kills=0)
     executors = (cluster.logs / "work1").rglob("stderr")
     assert any(executors), "the surviving worker ran no executor"
+
+
+def test_topology_workers_are_the_applications_executors(tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """``topology.workers = 2`` on one 2-core worker: two executors, tasks on both."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parent.parent
+    path = os.pathsep.join([str(repo), str(repo / "integration_tests"),
+                            os.environ.get("PYTHONPATH", "")])
+    monkeypatch.setenv("PYTHONPATH", path)  # the worker JVMs pass it to their executors
+    cluster = StandaloneCluster.start(tmp_path / "cluster", n_workers=1, cores=2)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "workers_topology", "--master", cluster.url, "--workers",
+             "2", "--checkpoint", str(tmp_path / "checkpoint")],
+            capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL,
+            env={**os.environ, "PYSPARK_PYTHON": sys.executable}, check=False)
+    finally:
+        cluster.close()
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["executors"] == 2 and report["conf"] == "2"
+    assert sorted(n for _, _, n in report["tuples"]) == list(range(40))
+    assert {task for task, _, _ in report["tuples"]} == {0, 1, 2, 3}
+    executors = [d for d in (tmp_path / "cluster" / "work0").glob("app-*/*") if d.is_dir()]
+    assert len(executors) == 2, executors

@@ -77,6 +77,8 @@ class TopologyConfig(BaseModel):
 
     guarantee: Guarantee = Field(Guarantee.EXACTLY_ONCE, alias="topology.guarantee")
     acker_executors: int | None = Field(None, ge=0, alias="topology.acker.executors")
+    # topology.workers: Spark executors on a cluster (kstorm/_spark/session.py spark_options)
+    workers: int | None = Field(None, ge=1, alias="topology.workers")
     message_timeout_secs: int = Field(30, ge=1, alias="topology.message.timeout.secs")
     max_spout_pending: int | None = Field(None, ge=1, alias="topology.max.spout.pending")
     # where KeyValueState lives (seed 000): spark (Spark's state store), redis, memory, or a
@@ -187,6 +189,17 @@ class TopologyConfig(BaseModel):
                               "KafkaSpout(max_offsets_per_batch=...) or "
                               "kstorm.spout.max.batch.tuples")
 
+    def _check_workers(self) -> None:
+        """``topology.workers`` > 1 needs processes to run in: a cluster master."""
+        workers, master = self.workers, self.spark_master
+        if workers is None or workers == 1 or master is None or not master.startswith("local"):
+            return
+        msg = (f"topology.workers = {workers} asks for {workers} worker processes, but "
+               f"kstorm.spark.master = {master!r} runs the whole topology in one process")
+        raise ConfigError(msg, hint="run on a cluster (kstorm.spark.master = spark://host:port, "
+                          "or `kstorm submit --master ...`), or remove topology.workers: "
+                          "parallelism hints still give every bolt its N tasks locally")
+
     def _check_state_provider_config(self) -> None:
         if self.state_provider == "redis":
             from kstorm.redis_state import RedisStateConfig
@@ -235,6 +248,7 @@ class TopologyConfig(BaseModel):
             raise ConfigError(msg) from exc
         settings._check_state_provider_config()
         settings._check_max_spout_pending()
+        settings._check_workers()
         return settings
 
     @property
@@ -355,6 +369,10 @@ class Config(dict):
     def set_max_spout_pending(self, n: int) -> None:
         """``topology.max.spout.pending``."""
         self["topology.max.spout.pending"] = n
+
+    def set_num_workers(self, n: int) -> None:
+        """``topology.workers``: Spark executors on a cluster (one process locally)."""
+        self["topology.workers"] = n
 
     def set_num_ackers(self, n: int) -> None:
         """``topology.acker.executors`` (0 = at-most-once)."""

@@ -17,6 +17,7 @@ from kstorm._spark import launch
 from kstorm._spark.java import check_java
 from kstorm._spark.launch import log_path
 from kstorm.config import TopologyConfig
+from kstorm.errors import ConfigError
 
 _lock = threading.Lock()
 log = logging.getLogger("kstorm")
@@ -59,8 +60,32 @@ def spark_options(settings: TopologyConfig, app_name: str = "kstorm") -> dict[st
         "spark.driver.host": "127.0.0.1" if local else "",
         "spark.driver.bindAddress": "127.0.0.1" if local else "",
     }
+    if settings.workers is not None and not local:
+        options.update(worker_options(settings.workers, settings.spark_conf, master))
     options.update(settings.spark_conf)
     return {k: v for k, v in options.items() if v != ""}
+
+
+def worker_options(workers: int, spark_conf: dict[str, str], master: str) -> dict[str, str]:
+    """``topology.workers`` on a cluster: that many executors (Storm's worker processes).
+
+    ``spark.executor.instances`` = workers (YARN, Kubernetes and standalone), each with
+    ``spark.executor.cores`` (the user's, else 1); a standalone master allocates by cores, so
+    ``spark.cores.max`` = workers x cores there. A ``kstorm.spark.conf`` entry that says
+    otherwise, or dynamic allocation, is a contradiction: refused, never silently preferred.
+    """
+    cores = spark_conf.get("spark.executor.cores", "1")
+    wanted = {"spark.executor.instances": str(workers), "spark.executor.cores": cores}
+    if master.startswith("spark://") or master == "":
+        wanted["spark.cores.max"] = str(workers * int(cores))
+    clashes = {k: v for k, v in spark_conf.items() if k in wanted and v != wanted[k]}
+    if spark_conf.get("spark.dynamicAllocation.enabled", "false").lower() == "true":
+        clashes["spark.dynamicAllocation.enabled"] = "true"
+    if clashes:
+        msg = (f"topology.workers = {workers} means {wanted}, but kstorm.spark.conf sets "
+               f"{clashes}")
+        raise ConfigError(msg, hint="keep one of them: topology.workers, or the Spark keys")
+    return wanted
 
 
 def launch_options(settings: TopologyConfig, *, record_class_cache: bool = False,

@@ -1,0 +1,54 @@
+"""``topology.workers``: Spark executors on a cluster, refused where it cannot mean anything."""
+
+from __future__ import annotations
+
+import pytest
+
+from kstorm import Config
+from kstorm._spark.session import spark_options
+from kstorm.config import TopologyConfig
+from kstorm.errors import ConfigError
+
+
+def _options(conf: dict) -> dict[str, str]:
+    return spark_options(TopologyConfig.from_conf(conf))
+
+
+def test_workers_are_executors_on_a_standalone_cluster() -> None:
+    options = _options({"kstorm.spark.master": "spark://127.0.0.1:7077", "topology.workers": 3})
+    assert options["spark.executor.instances"] == "3"
+    assert options["spark.executor.cores"] == "1"
+    assert options["spark.cores.max"] == "3"  # standalone allocates by cores
+
+
+def test_executor_cores_of_the_user_multiply_on_standalone_only() -> None:
+    conf = {"topology.workers": 2, "kstorm.spark.conf": {"spark.executor.cores": "2"}}
+    standalone = _options({**conf, "kstorm.spark.master": "spark://h:7077"})
+    assert (standalone["spark.executor.instances"], standalone["spark.cores.max"]) == ("2", "4")
+    yarn = _options({**conf, "kstorm.spark.master": "yarn"})
+    assert yarn["spark.executor.instances"] == "2" and "spark.cores.max" not in yarn
+
+
+def test_the_config_helper_sets_the_key() -> None:
+    conf = Config()
+    conf.set_num_workers(2)
+    assert conf["topology.workers"] == 2
+
+
+@pytest.mark.parametrize("master", ["local[*]", "local[2]"])
+def test_more_than_one_worker_in_one_process_is_refused(master: str) -> None:
+    with pytest.raises(ConfigError, match=r"topology.workers = 2 asks for 2 worker processes"):
+        TopologyConfig.from_conf({"kstorm.spark.master": master, "topology.workers": 2})
+    one = _options({"kstorm.spark.master": master, "topology.workers": 1})
+    assert "spark.executor.instances" not in one  # one process: nothing to set
+
+
+def test_spark_keys_that_contradict_the_workers_are_refused() -> None:
+    with pytest.raises(ConfigError, match="spark.executor.instances"):
+        _options({"kstorm.spark.master": "spark://h:7077", "topology.workers": 2,
+                  "kstorm.spark.conf": {"spark.executor.instances": "5"}})
+    with pytest.raises(ConfigError, match="dynamicAllocation"):
+        _options({"kstorm.spark.master": "yarn", "topology.workers": 2,
+                  "kstorm.spark.conf": {"spark.dynamicAllocation.enabled": "true"}})
+    with pytest.raises(ConfigError):
+        TopologyConfig.from_conf({"topology.workers": 0})
