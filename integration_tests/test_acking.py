@@ -18,7 +18,7 @@ import pytest
 from acking_topology import Fan, Flaky, Leaf, executions, flaky_topology
 from kafka_read import committed, read_topic
 
-from kstorm import Fields, KafkaSpout, TopologyBuilder, submit_topology
+from kstorm import BaseRichBolt, Fields, KafkaSpout, TopologyBuilder, submit_topology
 from kstorm._kafka.client import create_topic
 from kstorm.acking import RetryPolicy
 from kstorm.runtime import TopologyHandle
@@ -276,10 +276,10 @@ def test_max_spout_pending_bounds_the_unacked_tuples_of_a_batch(spark, kafka, to
     assert Counter(v[0] for v in handle.sinks["out"].values) == Counter(VALUES)
 
 
-def test_windowed_bolt_acks_its_tuples_once_they_are_in_window_state(
+def test_windowed_bolt_acks_its_tuples_once_their_window_fired(
         spark, kafka, topic_name, checkpoint_dir, produce):
-    # Storm's stateful windowing acks window tuples once the window state holding them is
-    # checkpointed; here that is the batch's commit: no tree may time out or replay.
+    # seed 004: a windowed bolt's tuples stay in their trees until no window needs them
+    # (a tumbling window's: once it fired, its emits anchored to them); nothing times out
     from windowed_bolts import ValueWindows
 
     from kstorm.windowing import Count
@@ -299,6 +299,55 @@ def test_windowed_bolt_acks_its_tuples_once_they_are_in_window_state(
     counters = spout_counters(handle)
     assert counters.get("acked") == N
     assert not counters.get("timed_out") and not counters.get("replayed")
+
+
+class FailsAWindow(BaseRichBolt):
+    """Fails the first window result holding ``v07`` (once: a marker file), passes the rest."""
+
+    def __init__(self, directory: str) -> None:
+        self.marker = Path(directory) / "failed-a-window"
+
+    def prepare(self, conf: Any, context: Any, collector: Any) -> None:
+        self.collector = collector
+
+    def declare_output_fields(self, declarer: Any) -> None:
+        declarer.declare(Fields("values"))
+
+    def execute(self, tuple_: Any) -> None:
+        if "v07" in tuple_.values[0].split(",") and not self.marker.exists():
+            self.marker.touch()
+            self.collector.fail(tuple_)
+            return
+        self.collector.emit(tuple_.values, anchors=tuple_)
+        self.collector.ack(tuple_)
+
+
+def test_a_failure_downstream_of_a_window_replays_the_windows_tuples(
+        spark, kafka, topic_name, checkpoint_dir, produce, tmp_path):
+    # seed 004: the window's emits are anchored to its tuples, so failing one fails their
+    # trees: the spout replays exactly those five records, which make a window again
+    from windowed_bolts import ValueWindows
+
+    from kstorm.windowing import Count
+
+    setup_topic(kafka, produce, topic_name)
+    builder = TopologyBuilder()
+    builder.set_spout("events", KafkaSpout(topic_name))
+    builder.set_bolt("windows", ValueWindows().with_tumbling_window(Count(5))
+                     ).global_grouping("events")
+    builder.set_bolt("check", FailsAWindow(str(tmp_path))).shuffle_grouping("windows")
+    builder.set_bolt("out", CaptureSink()).shuffle_grouping("check")
+    handle = run(f"winfail-{uuid.uuid4().hex[:6]}", conf(kafka, checkpoint_dir),
+                 builder.create_topology())
+    assert (tmp_path / "failed-a-window").exists()
+    windows = [v[0].split(",") for v in handle.sinks["out"].values]
+    assert all(len(w) == 5 for w in windows)
+    # the failed window's values came back (replayed), every value reached the sink once
+    assert Counter(v for w in windows for v in w) == Counter(VALUES)
+    counters = spout_counters(handle)
+    assert counters["failed"] == 5 and counters["replayed"] == 5
+    assert counters["acked"] == N and counters["pending"] == 0
+    assert not counters.get("timed_out")
 
 
 def test_a_lost_checkpoint_does_not_forget_tuples_waiting_for_a_retry(

@@ -19,6 +19,7 @@ Storm. Without ``instances`` (the commit stage, tests), an instance lives for on
 from __future__ import annotations
 
 import copy
+import logging
 import pickle
 import traceback
 from collections import Counter, defaultdict
@@ -66,6 +67,7 @@ ROW_BYTES = 8 << 20      # ... or this many bytes of values pickled at emit
 # (with the rest of its row); other values are pickled at once, as a bolt may reuse them.
 _IMMUTABLE = frozenset({str, int, float, bool, bytes, type(None)})
 _NO_PLANS: dict[str, Any] = {}
+_window_log = logging.getLogger("kstorm.windowing")
 
 
 def _entry(values: list[Any]) -> list[Any] | bytes:
@@ -326,7 +328,7 @@ class StageExecutor:
             tup._ids = None
 
     def hold(self, component: str, tuples: Sequence[Tuple]) -> None:
-        """``tuples`` enter a windowed bolt's state, which commits with this batch.
+        """``tuples`` enter a stateful windowed bolt's state, which commits with this batch.
 
         At least once, their trees are acked now, as Storm's stateful windowing acks tuples
         once the window state holding them is checkpointed: a replay would only duplicate
@@ -339,6 +341,27 @@ class StageExecutor:
             if isinstance(tup._ids, TrackedTuple):
                 self._acked(component, tup)
             tup._ids = None
+
+    def track(self, tuples: Sequence[Tuple]) -> None:
+        """``tuples`` enter a (non-stateful) windowed bolt: tracked until :meth:`release`.
+
+        At least once, each keeps its place in its trees while it is in a window (the
+        window state carries it from batch to batch); the window's emits are anchored to
+        it (:class:`kstorm.windowing.bolt.WindowedOutputCollector`), so a failure
+        downstream fails its tree and the spout replays it (seed 004).
+        """
+        if self._acking is None:
+            return
+        for tup in tuples:
+            self._track_input(tup)
+
+    def release(self, component: str, tuples: Iterable[Tuple]) -> None:
+        """Ack ``tuples`` whose windows are over (expired, or never held: late...)."""
+        if self._acking is None:
+            return
+        for tup in tuples:
+            if isinstance(tup._ids, TrackedTuple) and not tup._ids.settled:
+                self._acked(component, tup)
 
     def _acked(self, component: str, tup: Tuple) -> None:
         self.counters[f"{component}.acked"] += 1
@@ -617,6 +640,34 @@ class StageExecutor:
         out.extend(self._out)
         self._out, self._groups, self._queued, self._queued_bytes = [], {}, 0, 0
         return iter(out)
+
+
+class WindowOutput:
+    """Routes a windowed bolt task's results through its stage's executor.
+
+    Windows go to ``execute(window)``, late tuples to the late stream (or are counted and
+    logged), errors to the bolt error policy (:class:`kstorm.windowing._task.WindowedTask`).
+    """
+
+    def __init__(self, executor: StageExecutor, component: str, task: int,
+                 late_stream: str | None) -> None:
+        self.executor, self.component, self.task = executor, component, task
+        self.late_stream = late_stream
+
+    def window(self, window: Any) -> None:
+        self.executor.execute_window(self.component, self.task, window)
+
+    def late(self, tuple_: Tuple) -> None:
+        self.executor.counters[f"{self.component}.late"] += 1
+        if self.late_stream is not None:
+            self.executor.emit_from(self.component, self.task, self.late_stream, [tuple_],
+                                    (tuple_,))
+        else:
+            _window_log.info("windowed bolt %r task %d: late tuple %r (message id %r) dropped",
+                             self.component, self.task, tuple_, tuple_.message_id)
+
+    def error(self, tuple_: Tuple, exc: Exception) -> None:
+        self.executor.bolt_error(self.component, tuple_, exc)
 
 
 def bolt_failed(component: str, exc: BaseException) -> BoltError:

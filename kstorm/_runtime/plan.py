@@ -28,7 +28,7 @@ import enum
 from dataclasses import dataclass, field
 
 from kstorm.bolt import BaseStatefulBolt
-from kstorm.errors import TopologyError
+from kstorm.errors import ConfigError, TopologyError
 from kstorm.grouping import Grouping, GroupingKind
 from kstorm.spout import BaseRichSpout
 from kstorm.topology import StormTopology
@@ -152,6 +152,55 @@ def acking_plan(topology: StormTopology, plan: Plan, *, n_ackers: int,
     if not tasks:
         return None
     return AckingPlan(n_ackers, tasks, frozenset(report), timeout_ms)
+
+
+def check_window_timeouts(topology: StormTopology, acking: AckingPlan) -> None:
+    """At least once, a windowed bolt holds its tuples' trees open until they expire.
+
+    So, as Storm's ``WindowedBoltExecutor`` checks, a time window (its length plus its
+    sliding interval, plus the watermark lag) must fit in ``topology.message.timeout.secs``,
+    or every tree would time out and be replayed while its window is still open. Stateful
+    and persistent windows ack tuples as they arrive: no limit.
+    """
+    from kstorm.windowing.bolt import acks_on_arrival
+    from kstorm.windowing.durations import Duration
+
+    for spec in topology.bolts():
+        bolt = spec.component
+        if not is_windowed_bolt(bolt) or acks_on_arrival(bolt):
+            continue
+        if not _upstream_spouts(topology, spec.id) & set(acking.spout_tasks):
+            continue
+        config = bolt.window_config
+        parts = [config.window_length, config.sliding_interval or config.window_length]
+        if not all(isinstance(p, Duration) for p in parts):
+            continue
+        span = sum(p.ms for p in parts) + (config.lag.ms if config.is_event_time else 0)
+        if span >= acking.timeout_ms:
+            msg = (f"windowed bolt {spec.id!r}: its tuples stay in their trees until they "
+                   f"expire, {span} ms (window length + sliding interval + lag), but "
+                   f"topology.message.timeout.secs is {acking.timeout_ms // 1000} s: every "
+                   "tree would time out and replay while its window is open")
+            raise ConfigError(msg, hint=f"set topology.message.timeout.secs above "
+                              f"{span // 1000 + 1}, or make the bolt a "
+                              "BaseStatefulWindowedBolt (acks tuples as its state holds them)")
+
+
+def _upstream_spouts(topology: StormTopology, component: str) -> set[str]:
+    seen: set[str] = set()
+    todo = [component]
+    spouts: set[str] = set()
+    while todo:
+        spec = topology.components[todo.pop()]
+        for g in spec.inputs:
+            if g.component in seen:
+                continue
+            seen.add(g.component)
+            if topology.components[g.component].is_spout:
+                spouts.add(g.component)
+            else:
+                todo.append(g.component)
+    return spouts
 
 
 def compile_plan(topology: StormTopology) -> Plan:

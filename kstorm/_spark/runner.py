@@ -27,7 +27,7 @@ from typing import Any, cast
 from kstorm._runtime import reconcile
 from kstorm._runtime.checkpoint import CheckpointLayout
 from kstorm._runtime.deadletter import DeadLetterWriter
-from kstorm._runtime.plan import acking_plan, compile_plan, source_kind
+from kstorm._runtime.plan import acking_plan, check_window_timeouts, compile_plan, source_kind
 from kstorm._runtime.progress import Progress
 from kstorm._runtime.reliability import SpoutReliability, lowest_unacked
 from kstorm._runtime.state_book import StateBook
@@ -90,11 +90,13 @@ def start(name: str, conf: dict[str, Any], topology: StormTopology) -> TopologyH
             offsets = lowest_unacked(offsets, resumed_state[UNACKED_STATE])
         topology = _start_spouts_at(topology, offsets)
     # Step 5
-    spark = get_session(settings, app_name=name)
     acking = None
     if settings.guarantee is Guarantee.AT_LEAST_ONCE and settings.ackers_enabled:
         acking = acking_plan(topology, plan, n_ackers=settings.acker_executors or 1,
                              timeout_ms=settings.message_timeout_secs * 1000)
+        if acking is not None:
+            check_window_timeouts(topology, acking)
+    spark = get_session(settings, app_name=name)
     compiled = compile_query(spark, topology, plan, name, conf, settings, layout,
                              window_seeds=dict(resumed_state), acking=acking,
                              txid_base=resume.txid_base)

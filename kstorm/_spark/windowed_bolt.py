@@ -20,7 +20,6 @@ checkpoint.
 
 from __future__ import annotations
 
-import logging
 import pickle
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -29,7 +28,7 @@ from typing import Any
 import pyarrow as pa
 
 from kstorm._runtime.envelope import NOW_COLUMN, Outgoing, state_dest, to_arrow
-from kstorm._runtime.executor import StageExecutor
+from kstorm._runtime.executor import WindowOutput
 from kstorm._spark.gc_control import freeze_imports
 from kstorm._spark.stage import (
     MapStateKeyValue,
@@ -41,12 +40,10 @@ from kstorm._spark.stage import (
     typed_rows,
 )
 from kstorm.tuple import Tuple
-from kstorm.windowing._store import PersistentTuples, PersistentWindow
+from kstorm.windowing._store import PersistentTuples
 from kstorm.windowing._task import WindowedTask
+from kstorm.windowing.bolt import acks_on_arrival
 from kstorm.windowing.config import WindowConfig
-from kstorm.windowing.window import TupleWindow
-
-log = logging.getLogger("kstorm.windowing")
 
 STATE_KEY = "wbolt:{component}:{task}"  # its name in the sinks' stored state
 
@@ -66,35 +63,12 @@ class WindowedStageSpec:
     timers: bool = False        # TimeMode ProcessingTime: timers and no-data batches
     to_driver: bool = False     # send snapshots to the driver (stored with sink offsets)
     seeds: dict[int, bytes] = field(default_factory=dict)  # task -> snapshot from a sink
+    acks_on_arrival: bool = False  # stateful or persistent: tuples acked as they arrive
 
     @property
     def time_mode(self) -> str:
         """The TWS time mode."""
         return "ProcessingTime" if self.timers else "None"
-
-
-class _Output:
-    """Routes a :class:`WindowedTask`'s results through the stage's executor."""
-
-    def __init__(self, executor: StageExecutor, component: str, task: int,
-                 late_stream: str | None) -> None:
-        self.executor, self.component, self.task = executor, component, task
-        self.late_stream = late_stream
-
-    def window(self, window: TupleWindow | PersistentWindow) -> None:
-        self.executor.execute_window(self.component, self.task, window)
-
-    def late(self, tuple_: Tuple) -> None:
-        self.executor.counters[f"{self.component}.late"] += 1
-        if self.late_stream is not None:
-            self.executor.emit_from(self.component, self.task, self.late_stream, [tuple_],
-                                    (tuple_,))
-        else:
-            log.info("windowed bolt %r task %d: late tuple %r (message id %r) dropped",
-                     self.component, self.task, tuple_, tuple_.message_id)
-
-    def error(self, tuple_: Tuple, exc: Exception) -> None:
-        self.executor.bolt_error(self.component, tuple_, exc)
 
 
 class _MapStateChunks:
@@ -161,9 +135,14 @@ def windowed_processor(ctx: StageContext, spec: WindowedStageSpec) -> Any:
                     yield _pandas(others.drop_columns([NOW_COLUMN]))
                 tuples.extend(t for _, t in tuples_of(ctx, mine, [task] * mine.num_rows))
             executor.counters[f"{spec.component}.executed"] += len(tuples)
-            executor.hold(spec.component, tuples)
-            out = _Output(executor, spec.component, task, spec.config.late_tuple_stream)
-            windowed.process(tuples, now, out)
+            out = WindowOutput(executor, spec.component, task, spec.config.late_tuple_stream)
+            if spec.acks_on_arrival:
+                executor.hold(spec.component, tuples)
+                windowed.process(tuples, now, out)
+            else:
+                executor.track(tuples)
+                windowed.process(tuples, now, out)
+                executor.release(spec.component, windowed.settle(tuples))
             for chunk in packed(executor.finish_rows()):
                 yield _pandas(chunk)
             for kv in kvs:
@@ -235,4 +214,5 @@ def windowed_spec(topology: Any, plan: Any, stage: Any, settings: Any,
     prefix = state_key(stage.head, 0)[:-1]
     mine = {int(k[len(prefix):]): v for k, v in seeds.items() if k.startswith(prefix)}
     return WindowedStageSpec(stage.head, config, inputs, continuous and needs_timers,
-                             to_driver, mine)
+                             to_driver, mine, acks_on_arrival(spec.component))
+

@@ -208,6 +208,27 @@ class WindowedTask:
                     self._fire(window, out)
         self.tick(now_ms, out)
 
+    def settle(self, batch: Iterable[Tuple]) -> list[Tuple]:
+        """The tuples whose part in this task is over after a :meth:`process`.
+
+        Tuples in no window to come (their last window fired, or they were evicted) since
+        the last call, and tuples of ``batch`` that never entered a window (late, duplicate,
+        or refused by the timestamp extractor): at least once, a windowed bolt acks them
+        now, after the windows that emitted anchored to them (Storm's
+        ``WindowedBoltExecutor`` acks a tuple when it expires), so a failure downstream
+        still fails their trees. A persistent window holds refs, not tuples: its tuples are
+        acked on arrival instead.
+        """
+        released = self.manager.take_released()
+        if self.store is not None:
+            return []
+        done = {id(t): t for t in released if _open(t)}
+        tracked = [t for t in batch if _open(t)]  # none when nothing is tracked
+        if tracked:
+            held = {id(t) for t in self.manager.held()}
+            done.update((id(t), t) for t in tracked if id(t) not in held)
+        return list(done.values())
+
     def _late_by_stream(self, stamped: list[tuple[Tuple, int]]) -> list[bool]:
         """Step 3's stream rule: late iff ts < (latest of its stream before it) - lag."""
         assert self.tracker is not None
@@ -281,3 +302,9 @@ class WindowedTask:
 
 __all__ = ["Collect", "WindowOutput", "WindowedTask", "order_key", "source_of",
            "stream_of"]
+
+
+def _open(tuple_: Tuple) -> bool:
+    """Whether ``tuple_`` is tracked and not acked or failed yet."""
+    ids = tuple_._ids
+    return ids is not None and not getattr(ids, "settled", False)

@@ -116,3 +116,13 @@ class BaseStatefulWindowedBolt(BaseWindowedBolt):
         msg = f"{type(self).__name__} must implement init_state(state)"
         raise NotImplementedError(msg)
 
+
+def acks_on_arrival(bolt: Any) -> bool:
+    """Whether a windowed bolt acks its tuples as they arrive, not when they expire.
+
+    Storm's stateful windowing (and a persistent window) acks tuples once the checkpointed
+    window holds them; a plain windowed bolt (seed 004) keeps them in their trees until
+    they expire, its emits anchored to them.
+    """
+    return bool(getattr(bolt, "is_stateful_windowed_bolt", False)
+                or bolt.window_config.persistent)

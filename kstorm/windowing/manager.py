@@ -52,7 +52,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections import deque
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterator
 from heapq import heappop, heappush, merge
 from typing import Any
 
@@ -129,6 +129,7 @@ class WindowManager:
         self._uncounted = 0  # count trigger: tuples since the last one
         self._marks: list[tuple[int, int]] = []  # count triggers not evaluated yet
         self._expired: list[Any] = []  # evicted, not reported by a window yet
+        self._released: list[Any] = []  # evicted since the last take_released()
         self._late = 0
 
     # -- input -------------------------------------------------------------------------------
@@ -303,6 +304,9 @@ class WindowManager:
                              self.config.persistent)
         self._expired = []
         self._last_end, self._last_end_ts = end_key, end_ts
+        done = self._in_no_later_window(lo, hi, end_ts)
+        if done > lo:  # at least once they are acked now: no window will anchor to them
+            self._released.extend(entry[2] for entry in entries[lo:done])
         if self._ledger is not None:
             source_of, id_of, ledger = self._source_of, self._id_of, self._ledger
             for i in range(new_lo, hi):
@@ -310,9 +314,25 @@ class WindowManager:
                 ledger.evaluated(source_of(item), id_of(item))  # type: ignore[misc]
         return window
 
+    def _in_no_later_window(self, lo: int, hi: int, end_ts: int) -> int:
+        """Entries ``[lo, result)`` of the window just fired belong to no later window.
+
+        The next window of the same shape starts one sliding interval later: a tumbling
+        window's tuples are all done; a sliding one's oldest. Mixed shapes (a count length
+        with a time slide, or the reverse) cannot tell yet: their tuples are done when
+        evicted.
+        """
+        if self._length_n and self._slide_n:
+            return max(lo, min(hi, hi + self._slide_n - self._length_n))
+        if self._length_ms is not None and self._slide_ms:
+            start = end_ts + self._slide_ms - self._length_ms
+            return bisect_left(self._entries, (start, self._bound), lo, hi)
+        return lo
+
     def _evict(self, head: int, lo: int) -> None:
         evicted = [entry[2] for entry in self._entries[head:lo]]
         self._expired.extend(evicted)
+        self._released.extend(evicted)
         self._head = lo
         if self._ledger is not None:
             source_of, id_of, ledger = self._source_of, self._id_of, self._ledger
@@ -371,6 +391,17 @@ class WindowManager:
         """Tuples held: in windows, or waiting for the watermark or a trigger."""
         held = len(self._entries) - self._head + len(self._pending) + len(self._heap)
         return held + len(self._replayed)
+
+    def take_released(self) -> list[Any]:
+        """The items evicted since the last call: in no window from now on."""
+        released, self._released = self._released, []
+        return released
+
+    def held(self) -> Iterator[Any]:
+        """Every item the manager still holds (in a window to come, or waiting for one)."""
+        for part in (self._entries[self._head:], self._pending, self._heap, self._replayed):
+            for entry in part:
+                yield entry[2]
 
     @property
     def ledger(self) -> MessageIdLedger | None:
