@@ -7,6 +7,11 @@
   every component emitted on every stream and what each capture received.
 - :class:`ManualClock`: a controllable clock for windowing and timeout logic.
 - :func:`sink_context`: what ``BaseSink.open`` gets, to test a sink on its own.
+- :class:`TopologyTestDriver`: run a topology in this process, without Spark or a broker:
+  pipe tuples in, read what every component emitted (``kstorm/testdriver.py``).
+- pytest fixtures (``pytest_plugins = ["kstorm.testing"]`` in the root ``conftest.py``):
+  ``kstorm_kafka`` (an embedded broker), ``kstorm_redis`` (an embedded ``redis-server``),
+  both per session, and ``kstorm_driver`` (test drivers closed after the test).
 
 Example:
     >>> spout = ListSpout([[("a b",)], [("b",)]], Fields("sentence"))
@@ -20,7 +25,7 @@ from __future__ import annotations
 
 import tempfile
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +36,7 @@ from kstorm.config import TopologyConfig
 from kstorm.errors import TopologyError
 from kstorm.sink import BaseSink, Offsets, SinkBatch, SinkContext
 from kstorm.spout import BaseRichSpout
+from kstorm.testdriver import TopologyTestDriver  # noqa: F401 - re-exported
 from kstorm.topology import StormTopology
 from kstorm.tuple import Fields, Tuple
 
@@ -169,3 +175,46 @@ class ManualClock:
         """Move forward by ``ms``; returns the new time."""
         self.now_ms += ms
         return self.now_ms
+
+
+# -- pytest fixtures: ``pytest_plugins = ["kstorm.testing"]`` in your root conftest.py ----------
+
+try:
+    import pytest
+except ImportError:  # pragma: no cover - pytest is only needed to use the fixtures
+    pytest = None  # type: ignore[assignment]
+
+if pytest is not None:
+
+    @pytest.fixture(scope="session")
+    def kstorm_kafka() -> Iterator[Any]:
+        """An embedded Kafka-protocol broker (tansu) for the test session.
+
+        ``kstorm_kafka.bootstrap_servers`` is its address; stopped (by PID) at the end.
+        """
+        from kstorm.embedded import EmbeddedKafka
+
+        with EmbeddedKafka() as broker:
+            yield broker
+
+    @pytest.fixture(scope="session")
+    def kstorm_redis() -> Iterator[Any]:
+        """An embedded ``redis-server`` for the test session (``kstorm_redis.url``)."""
+        from kstorm.embedded import EmbeddedRedis
+
+        with EmbeddedRedis() as server:
+            yield server
+
+    @pytest.fixture
+    def kstorm_driver() -> Iterator[Any]:
+        """``kstorm_driver(topology, conf)``: a :class:`TopologyTestDriver`, closed at the end."""
+        drivers: list[TopologyTestDriver] = []
+
+        def make(topology: StormTopology, conf: Mapping[str, Any] | None = None,
+                 **options: Any) -> TopologyTestDriver:
+            drivers.append(TopologyTestDriver(topology, conf, **options))
+            return drivers[-1]
+
+        yield make
+        for driver in drivers:
+            driver.close()

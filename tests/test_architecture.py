@@ -22,7 +22,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("kstorm", "sinks", "serdes")
-FACADE = {"kstorm.runtime", "kstorm.testing", "kstorm.cli", "kstorm.demo", "kstorm.embedded",
+FACADE = {"kstorm.runtime", "kstorm.testing", "kstorm.testdriver", "kstorm.cli", "kstorm.demo",
+          "kstorm.embedded",
           "kstorm.doctor", "kstorm.launcher", "kstorm._submit_main",
           "kstorm.describe",
           "kstorm._warmup_topology", "kstorm.__init__"}

@@ -1,0 +1,762 @@
+"""Run a topology in this process, without Spark or a broker.
+
+Storm's ``testing``, Kafka Streams' ``TopologyTestDriver``, Bytewax's ``run_main``:
+
+:class:`TopologyTestDriver` runs the plan the Spark runtime runs (``kstorm/_runtime/plan.py``)
+with the same :class:`~kstorm._runtime.executor.StageExecutor`, windowed-bolt task
+(:class:`~kstorm.windowing._task.WindowedTask`), windowed-aggregate state
+(:class:`~kstorm.windowing.aggregate.AggregateWindows`) and commit stage; only moving tuples
+between stages is plain Python instead of a Spark exchange. A batch, here as on Spark:
+
+1. Each piped tuple enters as its spout's: through the spout's source stage (to consumers that
+   read envelope rows) and straight into the stages that read the spout's rows, with the
+   task Spark gives it (round robin from the partition, or ``xxhash64`` of the grouping
+   fields as Spark computes it: ``kstorm/_runtime/sparkhash.py``).
+2. Stages run in plan order; each stage's bolt instances live across batches (``prepare``
+   once per task), stateful bolts get their task's ``KeyValueState`` (seed 000's protocol:
+   changes prepared at the end of the task, committed after the sinks), windowed bolts run
+   their windows at the driver's clock.
+3. The commit phase: windowed aggregates fold the batch in and close the windows the
+   watermark passed, committers run, sinks *receive* their tuples (kept for
+   :meth:`TopologyTestDriver.output`; nothing is written to Redis or Kafka), dead letters
+   are kept.
+4. A failed attempt (``FailedException``, a bolt raising under the ``fail`` error policy)
+   rolls everything back (state, windows, outputs) and the batch runs again, up to
+   ``kstorm.transaction.max.attempts`` (no backoff sleep); then
+   ``kstorm.transaction.failure.policy`` applies: ``fail`` raises the runtime's error,
+   ``dead-letter`` dead-letters the batch's spout tuples.
+
+What the driver does not do: it never calls a spout's own methods (``next_tuple``, ``ack``,
+``fail``, a transactional spout's coordinator): you pipe the spout's tuples. At least once,
+tuples are not tracked per tuple (a failed tuple is counted as ``<bolt>.failed`` and not
+replayed). Time is the driver's clock (:meth:`advance_time`), the batch's processing time.
+
+Example:
+    >>> driver = TopologyTestDriver(builder.create_topology())  # doctest: +SKIP
+    >>> driver.pipe("sentences", [["a b a"]])                   # doctest: +SKIP
+    >>> driver.output("count")                                  # doctest: +SKIP
+    [['a', 1], ['b', 1], ['a', 2]]
+"""
+
+from __future__ import annotations
+
+import copy
+import pickle
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from kstorm._kafka.clocks import NEW_STREAM, clock_of
+from kstorm._runtime.deadletter import as_record
+from kstorm._runtime.envelope import (
+    ACKER,
+    CAPTURE,
+    DEAD_LETTER,
+    METRICS,
+    Outgoing,
+    Packed,
+    envelope_tuples,
+    pack,
+    to_arrow,
+    unpack_metas,
+    unpack_values,
+)
+from kstorm._runtime.executor import StageExecutor, WindowOutput
+from kstorm._runtime.plan import (
+    COMMIT,
+    DRIVER,
+    PartitionKind,
+    Plan,
+    Stage,
+    compile_plan,
+    source_kind,
+)
+from kstorm._runtime.sparkhash import spark_task
+from kstorm._runtime.transaction import Transactions
+from kstorm.bolt import BaseStatefulBolt
+from kstorm.config import TopologyConfig
+from kstorm.errors import KstormError, TopologyError
+from kstorm.grouping import GroupingKind
+from kstorm.state import MemoryKeyValueState, state_namespace
+from kstorm.topology import StormTopology
+from kstorm.transactional.attempt import TransactionAttempt
+from kstorm.tuple import Fields, Tuple
+from kstorm.windowing._store import PersistentTuples
+from kstorm.windowing._task import WindowedTask
+from kstorm.windowing.aggregate import AggregateWindows, late_mask, merge, partials
+from kstorm.windowing.bolt import acks_on_arrival
+
+__all__ = ["TopologyTestDriver"]
+
+_KAFKA_META = ("topic", "partition", "offset", "kafka_key", "kafka_timestamp", "kafka_headers")
+
+
+class _Chunks:
+    """A persistent window's chunk backend in memory (copied before each attempt)."""
+
+    def __init__(self) -> None:
+        self.data: dict[int, bytes] = {}
+
+    def get(self, key: int) -> bytes | None:
+        return self.data.get(key)
+
+    def put(self, key: int, blob: bytes) -> None:
+        self.data[key] = blob
+
+    def remove(self, key: int) -> None:
+        self.data.pop(key, None)
+
+
+@dataclass
+class _Window:
+    """One windowed bolt task: its windows and its persistent window's chunks."""
+
+    task: WindowedTask
+    chunks: _Chunks
+    timer: int | None = None  # when to run it without input (set after each run)
+
+
+@dataclass
+class _Attempt:
+    """What one attempt of a batch produced, applied only once it succeeds."""
+
+    sinks: dict[str, list[Tuple]] = field(default_factory=lambda: defaultdict(list))
+    captured: list[tuple[str, str, list[Any]]] = field(default_factory=list)
+    dead_letters: list[dict[str, Any]] = field(default_factory=list)
+    counters: Counter[str] = field(default_factory=Counter)
+    states: list[tuple[Any, Any]] = field(default_factory=list)  # (bolt, state) prepared
+
+
+class TopologyTestDriver:
+    """A topology run in this process, fed by hand (see the module docstring).
+
+    Args:
+        topology: what ``TopologyBuilder.create_topology()`` returned.
+        conf: the topology's configuration (validated as on Spark; ``kstorm.*`` keys about
+            Spark, Kafka or checkpoints are accepted and mean nothing here).
+        name: the topology's name (its bolts' ``TopologyContext``, state namespaces).
+        start_time_ms: the driver clock's start (the first batch's processing time).
+    """
+
+    def __init__(self, topology: StormTopology, conf: Mapping[str, Any] | None = None, *,
+                 name: str = "test", start_time_ms: int = 0) -> None:
+        self.topology = topology
+        self.name = name
+        self.conf = dict(conf or {})
+        self.settings = TopologyConfig.from_conf({**self.conf, "kstorm.capture.emitted": True})
+        self.plan: Plan = compile_plan(topology)
+        self.now_ms = int(start_time_ms)
+        self.batch_id = 0  # the next batch
+        self.counters: Counter[str] = Counter()
+        self.dead_letters: list[dict[str, Any]] = []
+        self._emitted: list[tuple[str, str, list[Any]]] = []
+        self._received: dict[str, list[Tuple]] = defaultdict(list)
+        self._instances: dict[int, dict[tuple[str, int], Any]] = defaultdict(dict)
+        self._states: dict[tuple[str, int], MemoryKeyValueState] = {}
+        self._windows: dict[tuple[str, int], _Window] = {}
+        self._aggregates: dict[str, AggregateWindows] = {}
+        self._offsets: Counter[tuple[str, str, int]] = Counter()
+        self._namespace = f"testdriver-{id(self):x}/{name}"
+        self._tx = Transactions(self.settings.transaction_max_attempts, 0,
+                                self.settings.transaction_failure_policy, 0)
+        self._closed = False
+        for stage in self.plan.stages:
+            if stage.native_window:
+                spec = topology.components[stage.head].component.spec()
+                self._aggregates[stage.head] = AggregateWindows(spec)
+
+    # -- feeding ---------------------------------------------------------------------------
+
+    def pipe(self, spout: str, rows: Iterable[Sequence[Any] | Mapping[str, Any]], *,
+             stream: str = "default") -> None:
+        """Run one batch in which ``spout`` emitted ``rows`` on ``stream``.
+
+        A row is a list of values in the stream's field order, or a dict by field name
+        (missing fields are None; a ``KafkaSpout``'s missing metadata is filled in: its
+        first topic, partition 0, the next offset, the clock as ``kafka_timestamp``).
+        """
+        self.run_batch({spout: list(rows)}, stream=stream)
+
+    def run_batch(self, inputs: Mapping[str, Iterable[Sequence[Any] | Mapping[str, Any]]]
+                  | None = None, *, stream: str = "default") -> None:
+        """Run one batch with each spout's rows (none: a batch without input)."""
+        self._check_open()
+        tuples = {spout: self._tuples(spout, list(rows), stream)
+                  for spout, rows in (inputs or {}).items()}
+        self._batch(tuples)
+
+    def run(self) -> None:
+        """Run every batch of the topology's ``ListSpout``s (batch ``b`` of each together)."""
+        lists = {s.id: s.component.batches for s in self.topology.spouts()
+                 if source_kind(s.component) == "list"}
+        for b in range(max((len(v) for v in lists.values()), default=0)):
+            self.run_batch({s: batches[b] for s, batches in lists.items() if b < len(batches)})
+
+    def advance_time(self, ms: int, *, run: bool = True) -> None:
+        """Move the clock ``ms`` on.
+
+        With ``run``, a batch without input runs if a windowed bolt task has a window to
+        close by then (Spark's processing-time timers).
+        """
+        if ms < 0:
+            msg = f"advance_time({ms}): time only moves forward"
+            raise ValueError(msg)
+        self.now_ms += int(ms)
+        if run and any(w.timer is not None and w.timer <= self.now_ms
+                       for w in self._windows.values()):
+            self.run_batch()
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def output(self, component: str, stream: str = "default") -> list[list[Any]]:
+        """What ``component`` emitted on ``stream`` so far, in batch order.
+
+        For a sink: the values it received.
+        """
+        if component not in self.topology.components:
+            msg = f"no component {component!r} (it has {sorted(self.topology.components)})"
+            raise KeyError(msg)
+        if self.plan.stage_of.get(component) == DRIVER:
+            return [list(t.values) for t in self._received[component]]
+        return [list(v) for c, s, v in self._emitted if c == component and s == stream]
+
+    def received(self, sink: str) -> list[Tuple]:
+        """The tuples sink ``sink`` received so far, in batch order."""
+        return list(self._received[sink])
+
+    def state(self, component: str, task: int = 0) -> dict[Any, Any]:
+        """The committed ``KeyValueState`` of a stateful bolt's task, as a dict."""
+        found = self._states.get((component, task))
+        if found is None:
+            spec = self.topology.components.get(component)
+            if spec is None or not isinstance(spec.component, BaseStatefulBolt) and not \
+                    getattr(spec.component, "is_stateful_windowed_bolt", False):
+                msg = f"{component!r} is not a stateful bolt"
+                raise KeyError(msg)
+            return {}
+        return {k: v for k, v in MemoryKeyValueState(found.namespace)}
+
+    def bolt(self, component: str, task: int = 0) -> Any:
+        """The bolt instance running ``component``'s task ``task`` (None before its first tuple)."""
+        where = self.plan.stage_of[component]
+        found = self._instances[where].get((component, task))
+        return None if found is None else found[0]
+
+    def close(self) -> None:
+        """``cleanup()`` every bolt instance; forget the state."""
+        if self._closed:
+            return
+        self._closed = True
+        for instances in self._instances.values():
+            for bolt, *_ in instances.values():
+                cleanup = getattr(bolt, "cleanup", None)
+                if cleanup is not None:
+                    cleanup()
+        from kstorm.state import _MEMORY
+
+        for key in [k for k in _MEMORY if k.startswith(self._namespace)]:
+            del _MEMORY[key]
+
+    def __enter__(self) -> TopologyTestDriver:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- spout tuples ----------------------------------------------------------------------
+
+    def _tuples(self, spout: str, rows: list[Any], stream: str) -> list[Tuple]:
+        spec = self.topology.components.get(spout)
+        if spec is None or not spec.is_spout:
+            msg = f"no spout {spout!r} (spouts: {[s.id for s in self.topology.spouts()]})"
+            raise TopologyError(msg)
+        fields = spec.streams.get(stream)
+        if fields is None:
+            msg = f"spout {spout!r} declares no stream {stream!r} ({sorted(spec.streams)})"
+            raise TopologyError(msg)
+        kind = source_kind(spec.component)
+        if kind in ("kafka", "list") and stream != "default":
+            msg = f"spout {spout!r} emits on its default stream only"
+            raise TopologyError(msg)
+        out = []
+        for i, row in enumerate(rows):
+            values = self._values(spout, spec.component, kind, fields, row)
+            message_id = None
+            if kind == "kafka":
+                message_id = tuple(values[fields.index(c)] for c in _KAFKA_META[:3])
+            elif kind == "list":
+                message_id = f"{self.batch_id}:{i}"
+            elif kind == "transactional" and len(values) == len(fields) - 1:
+                values = [None, *values]  # its TransactionAttempt, set by each attempt
+            out.append(Tuple(values, fields, spout, stream, message_id))
+        return out
+
+    def _values(self, spout: str, component: Any, kind: str, fields: Fields,
+                row: Sequence[Any] | Mapping[str, Any]) -> list[Any]:
+        if isinstance(row, Mapping):
+            unknown = sorted(set(row) - set(fields))
+            if unknown:
+                msg = f"spout {spout!r}: no field(s) {unknown} (fields: {fields.to_list()})"
+                raise TopologyError(msg)
+            values = [row.get(f) for f in fields]
+            if kind == "kafka":
+                self._kafka_meta(component, fields, values, row)
+        else:
+            values = list(row)
+        if kind == "transactional" and len(values) == len(fields) - 1:
+            return values  # the attempt comes first (_tuples)
+        if len(values) != len(fields):
+            msg = (f"spout {spout!r}: a row of {len(values)} values for fields "
+                   f"{fields.to_list()}: {values!r}")
+            raise TopologyError(msg)
+        return values
+
+    def _kafka_meta(self, spout: Any, fields: Fields, values: list[Any],
+                    row: Mapping[str, Any]) -> None:
+        at = {f: fields.index(f) for f in _KAFKA_META}
+        if "topic" not in row:
+            topics = list(spout.topics or [])
+            values[at["topic"]] = topics[0] if topics else "topic"
+        if "partition" not in row:
+            values[at["partition"]] = 0
+        key = (values[at["topic"]], values[at["partition"]])
+        if "offset" not in row:
+            values[at["offset"]] = self._offsets[key]
+        self._offsets[key] = max(self._offsets[key], values[at["offset"]] + 1)
+        if "kafka_timestamp" not in row:
+            values[at["kafka_timestamp"]] = self.now_ms
+
+    # -- one batch -------------------------------------------------------------------------
+
+    def _batch(self, tuples: dict[str, list[Tuple]]) -> None:
+        batch_id, txid = self.batch_id, self.batch_id
+        attempt = 0
+        while True:
+            saved = self._save()
+            try:
+                done = self._attempt(batch_id, TransactionAttempt(txid, attempt), tuples)
+                break
+            except Exception as exc:  # noqa: BLE001 - decided below, re-raised if final
+                self._restore(saved, txid)
+                decision = self._tx.decide(attempt, exc)
+                if decision.kind == "fatal":
+                    raise  # a topology or configuration error: no retry cures it
+                self.counters[f"__transactions.{decision.kind}"] += 1
+                if decision.action == "retry":
+                    attempt += 1
+                    continue
+                if decision.action == "dead-letter":
+                    done = self._given_up(tuples, txid, attempt + 1, decision.cause)
+                    break
+                where = (f"component {decision.component!r}" if decision.component
+                         else "the batch")
+                tries = "" if decision.kind == "fatal" else f" after {attempt + 1} attempt(s)"
+                msg = f"txid {txid} failed in {where}{tries}: {decision.cause}"
+                raise KstormError(msg) from exc
+        self._apply(done, txid)
+        self.batch_id += 1
+
+    def _save(self) -> dict[str, Any]:
+        return {"windows": {k: (copy.deepcopy(w.task.snapshot()), dict(w.chunks.data), w.timer)
+                            for k, w in self._windows.items()},
+                "aggregates": {k: a.snapshot() for k, a in self._aggregates.items()}}
+
+    def _restore(self, saved: dict[str, Any], txid: int) -> None:
+        """Undo a failed attempt: windows, aggregates and prepared state as before it."""
+        for key, window in list(self._windows.items()):
+            if key not in saved["windows"]:
+                del self._windows[key]
+                continue
+            snapshot, chunks, window.timer = saved["windows"][key]
+            window.chunks.data = chunks
+            window.task = self._window_task(*key, window.chunks)
+            window.task.restore(copy.deepcopy(snapshot))
+        for key, blob in saved["aggregates"].items():
+            self._aggregates[key].restore(blob)
+        for (component, task), state in self._states.items():
+            if state.prepared_txid() is not None:  # seed 000: the hook, then the rollback
+                hook = getattr(self.bolt(component, task), "pre_rollback", None)
+                if hook is not None:
+                    hook()
+            state.rollback()  # prepared changes, and those of a task that failed midway
+
+    def _given_up(self, tuples: dict[str, list[Tuple]], txid: int, attempts: int,
+                  cause: str) -> _Attempt:
+        reason = (f"transaction {txid} failed {attempts} times (kstorm.transaction.max."
+                  f"attempts); last: {cause}")
+        done = _Attempt()
+        for spout, ts in tuples.items():
+            raw = source_kind(self.topology.components[spout].component) in ("kafka", "list")
+            for t in ts:
+                where = t.message_id if isinstance(t.message_id, tuple) else (None,) * 3
+                # as on Spark: a spout's typed row by field name, an envelope tuple's values
+                shown = dict(zip(t.fields, t.values, strict=True)) if raw else t.values
+                done.dead_letters.append(as_record(
+                    [spout, t.source_stream, "TransactionFailed", reason,
+                     repr(shown)[:10_000], *where, None]))
+        done.counters["__transactions.dead_lettered"] += 1
+        return done
+
+    def _apply(self, done: _Attempt, txid: int) -> None:
+        for bolt, state in done.states:  # seed 000: commit after the sinks
+            hook = getattr(bolt, "pre_commit", None)
+            if hook is not None:
+                hook(txid)
+            state.commit(txid)
+        for sink, ts in done.sinks.items():
+            self._received[sink].extend(ts)
+        self._emitted.extend(done.captured)
+        self.dead_letters.extend(done.dead_letters)
+        self.counters.update(done.counters)
+
+    def _attempt(self, batch_id: int, attempt: TransactionAttempt,
+                 tuples: dict[str, list[Tuple]]) -> _Attempt:
+        done = _Attempt()
+        inbox: dict[int, list[Any]] = defaultdict(list)   # stage -> envelope rows / tuples
+        raw: dict[int, list[tuple[int, Tuple]]] = defaultdict(list)
+        commit_rows: dict[str, list[Any]] = defaultdict(list)
+        partials_of: dict[str, list[Tuple]] = defaultdict(list)
+        for spout, ts in tuples.items():
+            if source_kind(self.topology.components[spout].component) == "transactional":
+                for t in ts:
+                    if t.values[0] is None or isinstance(t.values[0], TransactionAttempt):
+                        t.values[0] = attempt
+            source = self.plan.stages[self.plan.stage_of[spout]]
+            executor = self._executor(source, batch_id, attempt, 0)
+            self._route(list(executor.process_rows((0, t) for t in ts))
+                        + list(executor.finish_rows()), inbox, commit_rows, done)
+            done.counters.update(executor.counters)
+            for stage in self.plan.stages:
+                if stage.raw_spout != spout or stage.is_source:
+                    continue
+                if stage.native_window:
+                    partials_of[stage.head].extend(ts)
+                else:
+                    raw[stage.index].extend(self._raw_tasks(stage, spout, ts))
+        folded: dict[str, tuple[list[pa.Table], dict[str, int], int]] = {}
+        for stage in self.plan.stages:
+            if stage.is_source:
+                continue
+            if stage.native_window:
+                late_rows, folded[stage.head] = self._aggregate_stage(
+                    stage, partials_of.get(stage.head, []), done)
+                self._route(late_rows, inbox, commit_rows, done)
+                continue
+            arrived = self._arrivals(stage, raw.get(stage.index, []), inbox.get(stage.index, []))
+            if stage.windowed:
+                rows = self._run_windowed(stage, batch_id, attempt, arrived, done)
+            elif stage.keyed:
+                rows = self._run_keyed(stage, batch_id, attempt, arrived, done)
+            else:
+                rows = self._run_plain(stage, batch_id, attempt, arrived, done)
+            self._route(rows, inbox, commit_rows, done)
+        extra = self._close_windows(folded, done)
+        if self.plan.commit_stage is not None:
+            self._run_commit(batch_id, attempt, commit_rows, inbox, done)
+        for sink, ts in extra.items():
+            done.sinks[sink].extend(ts)
+        return done
+
+    def _executor(self, stage: Stage, batch_id: int, attempt: TransactionAttempt,
+                  partition: int, state_for: Any = None) -> StageExecutor:
+        return StageExecutor(self.topology, self.plan, stage.index, topology_name=self.name,
+                             conf=self.conf, settings=self.settings, batch_id=batch_id,
+                             partition=partition, state_for=state_for, attempt=attempt,
+                             instances=self._instances[stage.index])
+
+    # -- where tuples go -------------------------------------------------------------------
+
+    def _raw_tasks(self, stage: Stage, spout: str, ts: list[Tuple]) -> list[tuple[int, Tuple]]:
+        """``(task, tuple)`` for a stage reading the spout's rows, as Spark assigns them."""
+        n = self.topology.components[stage.head].parallelism
+        p = stage.partitioning
+        if p.kind is PartitionKind.SINGLE or n == 1:
+            return [(0, t) for t in ts]
+        if p.kind is PartitionKind.BROADCAST:
+            return [(task, t) for t in ts for task in range(n)]
+        if p.kind is PartitionKind.HASH:
+            kinds = self._raw_types(spout)
+            fields = list(self.topology.components[spout].streams["default"])
+            names = list(p.fields) or [c for c in ("partition", "offset") if c in fields]
+            if names:
+                return [(spark_task([t.get_value_by_field(f) for f in names],
+                                    [kinds[f] for f in names], n), t) for t in ts]
+            # a batch bolt's shuffle of rows without a position: Spark hashes whole rows
+            # (the list source's columns: the fields, then the message id)
+            whole = [kinds[f] for f in fields] + [pa.string()]
+            return [(spark_task([*t.values, t.message_id], whole, n), t) for t in ts]
+        grouping = next(g for g in self.topology.components[stage.head].inputs
+                        if g.component == spout)
+        if grouping.kind is GroupingKind.GLOBAL:
+            return [(0, t) for t in ts]
+        out = []
+        for partition, part in self._partitions(spout, ts):
+            if stage.keyed:  # TWS keys a stage by __task = partition mod n
+                out += [(partition % n, t) for t in part]
+            else:  # round robin over the head's tasks, from the partition's start
+                out += [((partition + i) % n, t) for i, t in enumerate(part)]
+        return out
+
+    def _partitions(self, spout: str, ts: list[Tuple]) -> list[tuple[int, list[Tuple]]]:
+        """The Spark partitions a spout's rows of one batch arrive in."""
+        component = self.topology.components[spout].component
+        kind = source_kind(component)
+        if kind == "list":
+            n = max(1, min(component.partitions, len(ts)))
+            step = -(-len(ts) // n) if ts else 0
+            return [(i, ts[i * step:(i + 1) * step]) for i in range(n)]
+        if kind == "kafka":
+            by: dict[int, list[Tuple]] = defaultdict(list)
+            order: dict[tuple[str, int], int] = {}
+            for t in ts:
+                key = (t.message_id[0], t.message_id[1])
+                by[order.setdefault(key, len(order))].append(t)
+            return sorted(by.items())
+        return [(0, ts)]
+
+    def _raw_types(self, spout: str) -> dict[str, pa.DataType]:
+        component = self.topology.components[spout].component
+        schema = (component.arrow_schema() if source_kind(component) == "kafka"
+                  else component.schema)
+        return {f.name: f.type for f in schema}
+
+    def _route(self, rows: Iterable[Outgoing | Packed], inbox: dict[int, list[Any]],
+               commit_rows: dict[str, list[Any]], done: _Attempt) -> None:
+        for row in rows:
+            dest = row.dest
+            if dest == CAPTURE:
+                done.captured.append((row.src, row.stream, pickle.loads(row.values)))
+            elif dest == DEAD_LETTER:
+                done.dead_letters.append(as_record(pickle.loads(row.values)))
+            elif dest == METRICS:
+                found = pickle.loads(row.values)
+                found.pop("stage", None)
+                done.counters.update(found)
+            elif dest == ACKER:
+                continue
+            else:
+                where = self.plan.stage_of.get(dest)
+                if where == DRIVER:
+                    done.sinks[dest].extend(self._tuples_of(row))
+                elif where == COMMIT:
+                    commit_rows[dest].append(row)
+                elif where is not None:
+                    inbox[where].append(row)
+                else:  # pragma: no cover - the plan addresses only its own components
+                    msg = f"a row for unknown destination {dest!r}"
+                    raise TopologyError(msg)
+
+    def _tuples_of(self, row: Outgoing | Packed) -> list[Tuple]:
+        fields = self.topology.components[row.src].streams[row.stream]
+        if isinstance(row, Packed):
+            values = unpack_values(row.values)
+            metas = unpack_metas(row.meta, len(values))
+        else:
+            values, metas = [pickle.loads(row.values)], [row.meta]
+        out = []
+        for v, _m in zip(values, metas, strict=True):
+            out.append(Tuple._received(v, fields, row.src, row.stream))
+        return out
+
+    def _arrivals(self, stage: Stage, raw: list[tuple[int, Tuple]], rows: list[Any]
+                  ) -> list[tuple[int, Tuple]]:
+        """The stage's input: the spout rows it reads, then envelope rows for its head."""
+        out = list(raw)
+        if rows:
+            for task, t in envelope_tuples(to_arrow(rows), self.topology):
+                t._ids = None
+                out.append((task, t))
+        return out
+
+    # -- running stages --------------------------------------------------------------------
+
+    def _run_plain(self, stage: Stage, batch_id: int, attempt: TransactionAttempt,
+                   arrived: list[tuple[int, Tuple]], done: _Attempt) -> list[Any]:
+        """A stateless stage: one executor per partition (a task of a fields grouping)."""
+        if not arrived:
+            return []
+        by_partition: dict[int, list[tuple[int, Tuple]]] = defaultdict(list)
+        hashed = stage.partitioning.kind is PartitionKind.HASH
+        for task, t in arrived:
+            by_partition[task if hashed else 0].append((task, t))
+        rows: list[Any] = []
+        for partition in sorted(by_partition):
+            executor = self._executor(stage, batch_id, attempt, partition)
+            rows += list(executor.process_rows(by_partition[partition]))
+            rows += list(executor.finish_rows())
+            done.counters.update(executor.counters)
+        return rows
+
+    def _run_keyed(self, stage: Stage, batch_id: int, attempt: TransactionAttempt,
+                   arrived: list[tuple[int, Tuple]], done: _Attempt) -> list[Any]:
+        """A stateful stage: one executor per task, with the task's state (seed 000)."""
+        rows: list[Any] = []
+        for task, part in sorted(_by_task(arrived).items()):
+            prepared: list[tuple[str, Any]] = []
+
+            def state_for(component: str, task_: int, prepared: list = prepared) -> Any:
+                state = self._state(component, task_)
+                prepared.append((component, state))
+                return state
+
+            executor = self._executor(stage, batch_id, attempt, task, state_for)
+            rows += list(executor.process_rows(part))
+            rows += list(executor.finish_rows())
+            done.counters.update(executor.counters)
+            for component, state in prepared:
+                bolt = executor.bolt(component, task)
+                bolt.pre_prepare(attempt.transaction_id)
+                state.prepare_commit(attempt.transaction_id)
+                done.states.append((bolt, state))
+        return rows
+
+    def _state(self, component: str, task: int) -> MemoryKeyValueState:
+        found = self._states.get((component, task))
+        if found is None:
+            namespace = f"{self._namespace}/{state_namespace(self.name, component, task)}"
+            found = self._states[(component, task)] = MemoryKeyValueState(namespace)
+        return found
+
+    def _run_windowed(self, stage: Stage, batch_id: int, attempt: TransactionAttempt,
+                      arrived: list[tuple[int, Tuple]], done: _Attempt) -> list[Any]:
+        """A windowed bolt's stage: each task with input or a window due runs its windows."""
+        component = stage.head
+        config = self.topology.components[component].component.window_config
+        by_task = _by_task(arrived)
+        for (c, task), window in self._windows.items():
+            if c == component and window.timer is not None and window.timer <= self.now_ms:
+                by_task.setdefault(task, [])
+        rows: list[Any] = []
+        for task, part in sorted(by_task.items()):
+            states: list[Any] = []
+
+            def state_for(c: str, t: int, states: list = states) -> Any:
+                states.append(self._state(c, t))
+                return states[-1]
+
+            executor = self._executor(stage, batch_id, attempt, task, state_for)
+            window = self._windows.get((component, task))
+            if window is None:
+                chunks = _Chunks()
+                window = self._windows[(component, task)] = _Window(
+                    self._window_task(component, task, chunks), chunks)
+            tuples = [t for _, t in part]
+            executor.counters[f"{component}.executed"] += len(tuples)
+            out = WindowOutput(executor, component, task, config.late_tuple_stream)
+            if acks_on_arrival(self.topology.components[component].component):
+                executor.hold(component, tuples)
+                window.task.process(tuples, self.now_ms, out)
+            else:
+                executor.track(tuples)
+                window.task.process(tuples, self.now_ms, out)
+                executor.release(component, window.task.settle(tuples))
+            rows += list(executor.finish_rows())
+            window.timer = window.task.next_timer(self.now_ms)
+            done.counters.update(executor.counters)
+            for state in states:  # a stateful windowed bolt: its state commits with the batch
+                state.prepare_commit(attempt.transaction_id)
+                done.states.append((executor.bolt(component, task), state))
+        return rows
+
+    def _window_task(self, component: str, task: int, chunks: _Chunks) -> WindowedTask:
+        config = self.topology.components[component].component.window_config
+        spec = self.topology.components[component]
+        inputs = [f"{g.component}:{g.stream}" for g in spec.inputs
+                  if source_kind(self.topology.components[g.component].component) != "kafka"]
+        store = (PersistentTuples(chunks, config.max_events_in_memory)
+                 if config.persistent else None)
+        return WindowedTask(component, config, inputs, store)
+
+    def _aggregate_stage(self, stage: Stage, ts: list[Tuple], done: _Attempt
+                         ) -> tuple[list[Packed], tuple[list[pa.Table], dict[str, int], int]]:
+        """A windowed aggregate's stage: late rows flagged (and sent on), partials built."""
+        component = stage.head
+        windows = self._aggregates[component]
+        spec = windows.spec
+        done.counters[f"{component}.executed"] += len(ts)
+        if not ts:
+            return [], ([], {}, 0)
+        clocks = dict(windows.latest)
+        if windows.new_stream_clock() is not None:
+            clocks[NEW_STREAM] = windows.new_stream_clock()
+        kinds = self._raw_types(ts[0].source_component)
+        fields = list(ts[0].fields)
+        table = pa.table({f: pa.array([t.values[i] for t in ts], type=kinds.get(f))
+                          for i, f in enumerate(fields)})
+        streams = np.array([_stream_of(t) for t in ts], dtype=object)
+        latest = {s: c for s in set(streams.tolist())
+                  if (c := clock_of(clocks, s)) is not None}
+        stamps = table.column(spec.ts_field).cast(pa.int64()).to_numpy(zero_copy_only=False)
+        late = late_mask(stamps, streams, latest, spec.lag_ms)
+        n_late = int(late.sum())
+        done.counters[f"{component}.late"] += n_late
+        late_rows = []
+        if spec.late_stream:
+            consumers = self.topology.consumers(component, spec.late_stream)
+            for t, is_late in zip(ts, late, strict=True):
+                if not is_late:
+                    continue
+                values = [dict(zip(fields, t.values, strict=True))]
+                done.captured.append((component, spec.late_stream, values))
+                late_rows += [Packed(c, 0, component, spec.late_stream, pack([values]), None)
+                              for c, _ in consumers]
+        kept = table.filter(pa.array(~late))
+        parts = [partials(kept, spec)] if kept.num_rows else []
+        return late_rows, (parts, latest, n_late)
+
+    def _close_windows(self, folded: dict[str, tuple[list[pa.Table], dict[str, int], int]],
+                       done: _Attempt) -> dict[str, list[Tuple]]:
+        """The commit phase's step 4: each aggregate folds the batch in, closed windows out."""
+        extra: dict[str, list[Tuple]] = defaultdict(list)
+        for component, windows in self._aggregates.items():
+            parts, latest, n_late = folded.get(component, ([], {}, 0))
+            merged = [merge(parts, windows.spec)] if parts else []
+            results = windows.results(windows.advance(merged, latest, n_late))
+            done.counters[f"{component}.windows"] += len(results)
+            fields = self.topology.components[component].streams["default"]
+            for values in results:
+                done.captured.append((component, "default", list(values)))
+            for consumer, _ in self.topology.consumers(component, "default"):
+                extra[consumer].extend(Tuple(v, fields, component) for v in results)
+        return extra
+
+    def _run_commit(self, batch_id: int, attempt: TransactionAttempt,
+                    commit_rows: dict[str, list[Any]], inbox: dict[int, list[Any]],
+                    done: _Attempt) -> None:
+        from kstorm._runtime.committers import run_commit_stage
+
+        inputs = {c: pa.Table.from_batches([to_arrow(rows)]) for c, rows in commit_rows.items()}
+        outcome = run_commit_stage(self.topology, self.plan, self.name, self.conf,
+                                   self.settings, batch_id, attempt, inputs)
+        done.counters.update(outcome.counters)
+        rows: list[Outgoing] = []
+        for batch in outcome.rows.to_batches():
+            cols = [batch.column(n).to_pylist() for n in ("__dest", "__task", "__src",
+                                                         "__stream", "__vals", "__meta")]
+            rows += [Packed(*r) if r[0] in self.plan.stage_of else Outgoing(*r)
+                     for r in zip(*cols, strict=True)]
+        self._route(rows, inbox, defaultdict(list), done)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            msg = "this TopologyTestDriver is closed"
+            raise TopologyError(msg)
+
+
+def _by_task(arrived: list[tuple[int, Tuple]]) -> dict[int, list[tuple[int, Tuple]]]:
+    out: dict[int, list[tuple[int, Tuple]]] = defaultdict(list)
+    for task, t in arrived:
+        out[task].append((task, t))
+    return out
+
+
+def _stream_of(t: Tuple) -> str:
+    """The windowed aggregate's input stream of a spout tuple (as ``stream_ids`` on Spark)."""
+    if isinstance(t.message_id, tuple) and len(t.message_id) == 3:
+        return f"{t.message_id[0]}/{t.message_id[1]}"
+    return "0"
+
