@@ -153,6 +153,27 @@ class Fails(BaseRichBolt):
         self.collector.ack(tuple_)
 
 
+class FailsXOnce(BaseRichBolt):
+    """At least once: fails each ``x...`` word on its first attempt (marker files in
+    ``user.dir``, so every process agrees), passes the rest."""
+
+    def prepare(self, conf: Any, context: Any, collector: Any) -> None:
+        self.collector, self.dir = collector, Path(conf["user.dir"])
+
+    def declare_output_fields(self, declarer: Any) -> None:
+        declarer.declare(Fields("word"))
+
+    def execute(self, tuple_: Any) -> None:
+        word = tuple_.values[0]
+        marker = self.dir / f"failed-{word}"
+        if word.startswith("x") and not marker.exists():
+            marker.touch()
+            self.collector.fail(tuple_)
+            return
+        self.collector.emit([word], anchors=tuple_)
+        self.collector.ack(tuple_)
+
+
 class Ids(BaseWindowedBolt):
     """``(ids, size)`` per window (start and end only where time is the event time)."""
 
@@ -350,3 +371,13 @@ def _plain(value: Any) -> Any:
         return ("tx", value.transaction_id)
     return value
 
+
+def kafka_acking(spout: Any, directory: str) -> Built:
+    """At least once over a ``KafkaSpout``: failed tuples replayed (not in TOPOLOGIES: it
+    needs a broker on Spark; ``test_conformance`` runs it with one)."""
+    b = TopologyBuilder()
+    b.set_spout("words", spout)
+    b.set_bolt("work", FailsXOnce(), 2).shuffle_grouping("words")
+    b.set_bolt("count", KeyCount(), 2).fields_grouping("work", Fields("word"))
+    b.set_bolt("out", CaptureSink()).shuffle_grouping("count")
+    return b.create_topology(), {"topology.guarantee": "at-least-once", "user.dir": directory}

@@ -26,10 +26,15 @@ between stages is plain Python instead of a Spark exchange. A batch, here as on 
    ``kstorm.transaction.failure.policy`` applies: ``fail`` raises the runtime's error,
    ``dead-letter`` dead-letters the batch's spout tuples.
 
-What the driver does not do: it never calls a spout's own methods (``next_tuple``, ``ack``,
-``fail``, a transactional spout's coordinator): you pipe the spout's tuples. At least once,
-tuples are not tracked per tuple (a failed tuple is counted as ``<bolt>.failed`` and not
-replayed). Time is the driver's clock (:meth:`advance_time`), the batch's processing time.
+At least once, a ``KafkaSpout``'s tuples are tracked as on Spark: the executors' acker
+messages go through :func:`~kstorm.acking.acker.run_acker_batch` (one in-memory store per
+acker task) and the spout side is the runtime's own (:func:`~kstorm._runtime.reliability.
+spout_batch`, :class:`~kstorm.acking.spout_tracker.SpoutTracker`): failed and timed-out
+tuples are replayed in a later batch per the spout's ``RetryPolicy``, then dead-lettered.
+
+What the driver does not do: it never calls a spout's ``next_tuple`` or a transactional
+spout's coordinator: you pipe the spout's tuples (a free-form spout's are untracked, as on
+Spark). Time is the driver's clock (:meth:`advance_time`), the batch's processing time.
 
 Example:
     >>> driver = TopologyTestDriver(builder.create_topology())  # doctest: +SKIP
@@ -72,13 +77,20 @@ from kstorm._runtime.plan import (
     PartitionKind,
     Plan,
     Stage,
+    acking_plan,
+    check_window_timeouts,
     compile_plan,
     source_kind,
 )
+from kstorm._runtime.reliability import BatchOutcome, apply_decisions, spout_batch
 from kstorm._runtime.sparkhash import spark_task
 from kstorm._runtime.transaction import Transactions
+from kstorm.acking.acker import DictStore, run_acker_batch, stale_roots
+from kstorm.acking.offsets import KafkaMessageId
+from kstorm.acking.retry import RetryPolicy
+from kstorm.acking.spout_tracker import SpoutTracker
 from kstorm.bolt import BaseStatefulBolt
-from kstorm.config import TopologyConfig
+from kstorm.config import Guarantee, TopologyConfig
 from kstorm.errors import KstormError, TopologyError
 from kstorm.grouping import GroupingKind
 from kstorm.state import MemoryKeyValueState, state_namespace
@@ -89,6 +101,7 @@ from kstorm.windowing._store import PersistentTuples
 from kstorm.windowing._task import WindowedTask
 from kstorm.windowing.aggregate import AggregateWindows, late_mask, merge, partials
 from kstorm.windowing.bolt import acks_on_arrival
+from kstorm.windowing.durations import Duration
 
 __all__ = ["TopologyTestDriver"]
 
@@ -129,6 +142,7 @@ class _Attempt:
     dead_letters: list[dict[str, Any]] = field(default_factory=list)
     counters: Counter[str] = field(default_factory=Counter)
     states: list[tuple[Any, Any]] = field(default_factory=list)  # (bolt, state) prepared
+    acker: dict[int, list[Any]] = field(default_factory=lambda: defaultdict(list))
 
 
 class TopologyTestDriver:
@@ -164,6 +178,25 @@ class TopologyTestDriver:
         self._tx = Transactions(self.settings.transaction_max_attempts, 0,
                                 self.settings.transaction_failure_policy, 0)
         self._closed = False
+        # at least once: Kafka spouts' tuples are tracked as on Spark (ackers, retries)
+        self._acking = None
+        if self.settings.guarantee is Guarantee.AT_LEAST_ONCE and self.settings.ackers_enabled:
+            self._acking = acking_plan(topology, self.plan,
+                                       n_ackers=self.settings.acker_executors or 1,
+                                       timeout_ms=self.settings.message_timeout_secs * 1000)
+        self._ackers: dict[int, DictStore] = {}
+        self._trackers: dict[str, SpoutTracker] = {}
+        self._spouts: dict[str, Any] = {}
+        self._records: dict[str, dict[KafkaMessageId, list[Any]]] = {}
+        if self._acking is not None:
+            check_window_timeouts(topology, self._acking)
+            self._ackers = {i: DictStore() for i in range(self._acking.n_ackers)}
+            for spout in self._acking.spout_tasks:
+                declared = topology.components[spout].component
+                self._trackers[spout] = SpoutTracker(
+                    timeout_ms=self._acking.timeout_ms, retry=declared.retry or RetryPolicy())
+                self._spouts[spout] = copy.deepcopy(declared)
+                self._records[spout] = {}
         for stage in self.plan.stages:
             if stage.native_window:
                 spec = topology.components[stage.head].component.spec()
@@ -175,9 +208,10 @@ class TopologyTestDriver:
              stream: str = "default") -> None:
         """Run one batch in which ``spout`` emitted ``rows`` on ``stream``.
 
-        A row is a list of values in the stream's field order, or a dict by field name
-        (missing fields are None; a ``KafkaSpout``'s missing metadata is filled in: its
-        first topic, partition 0, the next offset, the clock as ``kafka_timestamp``).
+        A row is a list of values in the stream's field order (or a ``Values``, or a
+        ``Tuple``), or a dict by field name (missing fields are None; a ``KafkaSpout``'s
+        missing metadata is filled in: its first topic, partition 0, the next offset, the
+        clock as ``kafka_timestamp``).
         """
         self.run_batch({spout: list(rows)}, stream=stream)
 
@@ -195,19 +229,42 @@ class TopologyTestDriver:
                  if source_kind(s.component) == "list"}
         for b in range(max((len(v) for v in lists.values()), default=0)):
             self.run_batch({s: batches[b] for s, batches in lists.items() if b < len(batches)})
+        self.drain()
 
-    def advance_time(self, ms: int, *, run: bool = True) -> None:
+    def drain(self, max_batches: int = 1_000) -> None:
+        """At least once: run batches until no spout tuple is pending or waiting to retry.
+
+        The clock moves to the next retry or time-out between batches, as an available-now
+        run on Spark goes on until its replays are done.
+        """
+        for _ in range(max_batches):
+            times = [t for tracker in self._trackers.values()
+                     for t in (tracker.next_retry_at(), tracker.next_timeout_at())
+                     if t is not None]
+            if not times:
+                return
+            self.now_ms = max(self.now_ms, min(times))
+            self.run_batch()
+        msg = (f"spout tuples still pending or failing after {max_batches} batches: "
+               f"{ {s: t.pending_count + t.waiting_count for s, t in self._trackers.items()} }")
+        raise TopologyError(msg)
+
+    def advance_time(self, ms: int | Duration, *, run: bool = True) -> None:
         """Move the clock ``ms`` on.
 
         With ``run``, a batch without input runs if a windowed bolt task has a window to
         close by then (Spark's processing-time timers).
         """
+        if isinstance(ms, Duration):
+            ms = ms.ms
         if ms < 0:
             msg = f"advance_time({ms}): time only moves forward"
             raise ValueError(msg)
         self.now_ms += int(ms)
-        if run and any(w.timer is not None and w.timer <= self.now_ms
-                       for w in self._windows.values()):
+        due = [t for tracker in self._trackers.values()
+               for t in (tracker.next_retry_at(), tracker.next_timeout_at()) if t is not None]
+        if run and (any(w.timer is not None and w.timer <= self.now_ms
+                        for w in self._windows.values()) or any(t <= self.now_ms for t in due)):
             self.run_batch()
 
     # -- reading ---------------------------------------------------------------------------
@@ -288,6 +345,8 @@ class TopologyTestDriver:
             message_id = None
             if kind == "kafka":
                 message_id = tuple(values[fields.index(c)] for c in _KAFKA_META[:3])
+                if spout in self._records:
+                    self._records[spout][KafkaMessageId(*message_id)] = values
             elif kind == "list":
                 message_id = f"{self.batch_id}:{i}"
             elif kind == "transactional" and len(values) == len(fields) - 1:
@@ -297,6 +356,8 @@ class TopologyTestDriver:
 
     def _values(self, spout: str, component: Any, kind: str, fields: Fields,
                 row: Sequence[Any] | Mapping[str, Any]) -> list[Any]:
+        if isinstance(row, Tuple):
+            row = row.values
         if isinstance(row, Mapping):
             unknown = sorted(set(row) - set(fields))
             if unknown:
@@ -335,10 +396,11 @@ class TopologyTestDriver:
     def _batch(self, tuples: dict[str, list[Tuple]]) -> None:
         batch_id, txid = self.batch_id, self.batch_id
         attempt = 0
+        retries = self._retries(tuples)
         while True:
             saved = self._save()
             try:
-                done = self._attempt(batch_id, TransactionAttempt(txid, attempt), tuples)
+                done = self._attempt(batch_id, TransactionAttempt(txid, attempt), tuples, retries)
                 break
             except Exception as exc:  # noqa: BLE001 - decided below, re-raised if final
                 self._restore(saved, txid)
@@ -360,10 +422,59 @@ class TopologyTestDriver:
         self._apply(done, txid)
         self.batch_id += 1
 
+    def _retries(self, tuples: dict[str, list[Tuple]]) -> dict[str, list[tuple]]:
+        """At least once: the failed records due by now join the batch (attempt n)."""
+        out: dict[str, list[tuple]] = {}
+        for spout, tracker in self._trackers.items():
+            fields = self.topology.components[spout].streams["default"]
+            due = [m for at, m in tracker.waiting() if at <= self.now_ms]
+            replays = []
+            for m in due:
+                t = Tuple(list(self._records[spout][m]), fields, spout, "default", tuple(m))
+                t._ids = (tracker.num_fails(m), self.now_ms)
+                replays.append(t)
+            for t in tuples.get(spout, []):
+                t._ids = (0, self.now_ms)
+            if replays:
+                tuples[spout] = replays + tuples.get(spout, [])
+            out[spout] = [(m.topic, m.partition, m.offset, tracker.num_fails(m)) for m in due]
+        return out
+
+    def _settle_trees(self, done: _Attempt, retries: dict[str, list[tuple]]) -> None:
+        """The commit phase's step 3b: the ackers' events become the spouts' decisions."""
+        assert self._acking is not None
+        events: dict[int, list[Any]] = defaultdict(list)
+        pending: dict[int, list[Any]] = defaultdict(list)
+        acked: Counter[int] = Counter()
+        for task, store in self._ackers.items():
+            payloads = done.acker.get(task, [])
+            if payloads:
+                result = run_acker_batch(payloads, store,
+                                         report_acks=self._acking.report_acks).to_payload()
+                for event in result["events"]:
+                    events[event[2]].append(event)
+                for root, spout_task, msg in result["pending"]:
+                    pending[spout_task].append((root, spout_task, msg))
+                acked.update(result["acked"])
+            for root in list(stale_roots(list(store.items()), self.now_ms,
+                                         self._acking.timeout_ms)):
+                store.delete(root)
+        out = BatchOutcome()
+        for spout, task in self._acking.spout_tasks.items():
+            tracker = self._trackers[spout]
+            decisions = spout_batch(spout, task, tracker, self.now_ms, retries.get(spout, []),
+                                    pending[task], events[task], out.counters)
+            out.counters[f"{spout}.acked"] += acked[task]
+            apply_decisions(spout, self._spouts[spout], tracker.retry.max_retries, decisions,
+                            out, fetch=lambda _spout, _ids: {})
+        done.counters.update(out.counters)
+        done.dead_letters.extend(out.dead_letters)
+
     def _save(self) -> dict[str, Any]:
         return {"windows": {k: (copy.deepcopy(w.task.snapshot()), dict(w.chunks.data), w.timer)
                             for k, w in self._windows.items()},
-                "aggregates": {k: a.snapshot() for k, a in self._aggregates.items()}}
+                "aggregates": {k: a.snapshot() for k, a in self._aggregates.items()},
+                "reliability": copy.deepcopy((self._ackers, self._trackers, self._spouts))}
 
     def _restore(self, saved: dict[str, Any], txid: int) -> None:
         """Undo a failed attempt: windows, aggregates and prepared state as before it."""
@@ -377,6 +488,7 @@ class TopologyTestDriver:
             window.task.restore(copy.deepcopy(snapshot))
         for key, blob in saved["aggregates"].items():
             self._aggregates[key].restore(blob)
+        self._ackers, self._trackers, self._spouts = saved["reliability"]
         for (component, task), state in self._states.items():
             if state.prepared_txid() is not None:  # seed 000: the hook, then the rollback
                 hook = getattr(self.bolt(component, task), "pre_rollback", None)
@@ -414,7 +526,7 @@ class TopologyTestDriver:
         self.counters.update(done.counters)
 
     def _attempt(self, batch_id: int, attempt: TransactionAttempt,
-                 tuples: dict[str, list[Tuple]]) -> _Attempt:
+                 tuples: dict[str, list[Tuple]], retries: dict[str, list[tuple]]) -> _Attempt:
         done = _Attempt()
         inbox: dict[int, list[Any]] = defaultdict(list)   # stage -> envelope rows / tuples
         raw: dict[int, list[tuple[int, Tuple]]] = defaultdict(list)
@@ -427,7 +539,7 @@ class TopologyTestDriver:
                         t.values[0] = attempt
             source = self.plan.stages[self.plan.stage_of[spout]]
             executor = self._executor(source, batch_id, attempt, 0)
-            self._route(list(executor.process_rows((0, t) for t in ts))
+            self._route(list(executor.process_rows((0, _fresh(t)) for t in ts))
                         + list(executor.finish_rows()), inbox, commit_rows, done)
             done.counters.update(executor.counters)
             for stage in self.plan.stages:
@@ -435,8 +547,9 @@ class TopologyTestDriver:
                     continue
                 if stage.native_window:
                     partials_of[stage.head].extend(ts)
-                else:
-                    raw[stage.index].extend(self._raw_tasks(stage, spout, ts))
+                else:  # each stage its own copies (the runtime tracks each arrival)
+                    raw[stage.index].extend(self._raw_tasks(stage, spout,
+                                                            [_fresh(t) for t in ts]))
         folded: dict[str, tuple[list[pa.Table], dict[str, int], int]] = {}
         for stage in self.plan.stages:
             if stage.is_source:
@@ -459,6 +572,8 @@ class TopologyTestDriver:
             self._run_commit(batch_id, attempt, commit_rows, inbox, done)
         for sink, ts in extra.items():
             done.sinks[sink].extend(ts)
+        if self._acking is not None:
+            self._settle_trees(done, retries)
         return done
 
     def _executor(self, stage: Stage, batch_id: int, attempt: TransactionAttempt,
@@ -466,7 +581,7 @@ class TopologyTestDriver:
         return StageExecutor(self.topology, self.plan, stage.index, topology_name=self.name,
                              conf=self.conf, settings=self.settings, batch_id=batch_id,
                              partition=partition, state_for=state_for, attempt=attempt,
-                             instances=self._instances[stage.index])
+                             acking=self._acking, instances=self._instances[stage.index])
 
     # -- where tuples go -------------------------------------------------------------------
 
@@ -537,7 +652,7 @@ class TopologyTestDriver:
                 found.pop("stage", None)
                 done.counters.update(found)
             elif dest == ACKER:
-                continue
+                done.acker[row.task].append(pickle.loads(row.values))
             else:
                 where = self.plan.stage_of.get(dest)
                 if where == DRIVER:
@@ -567,9 +682,7 @@ class TopologyTestDriver:
         """The stage's input: the spout rows it reads, then envelope rows for its head."""
         out = list(raw)
         if rows:
-            for task, t in envelope_tuples(to_arrow(rows), self.topology):
-                t._ids = None
-                out.append((task, t))
+            out.extend(envelope_tuples(to_arrow(rows), self.topology))
         return out
 
     # -- running stages --------------------------------------------------------------------
@@ -745,6 +858,13 @@ class TopologyTestDriver:
         if self._closed:
             msg = "this TopologyTestDriver is closed"
             raise TopologyError(msg)
+
+
+def _fresh(t: Tuple) -> Tuple:
+    """A copy of a spout tuple for one stage (its ``_ids``: the attempt marks, untouched)."""
+    c = copy.copy(t)
+    c.values = list(t.values)
+    return c
 
 
 def _by_task(arrived: list[tuple[int, Tuple]]) -> dict[int, list[tuple[int, Tuple]]]:

@@ -335,3 +335,117 @@ def test_a_transactional_topology_gets_its_attempt_and_commits_in_txid_order() -
 def test_the_spark_hash_is_xxh64() -> None:
     assert hash_bytes(b"abc", 0) == 0x44BC2CF5AD770999  # the reference XXH64 vector
     assert hash_bytes(b"Nobody inspects the spammish repetition", 0) == 0xFBCEA83C8A378BF1
+
+
+class FailsOnce(BaseRichBolt):
+    """At least once: fails each ``x`` value the first time it sees it (a class-level set)."""
+
+    seen: ClassVar[set[str]] = set()
+
+    def prepare(self, conf: Any, context: Any, collector: Any) -> None:
+        self.collector = collector
+
+    def declare_output_fields(self, declarer: Any) -> None:
+        declarer.declare(Fields("word"))
+
+    def execute(self, tuple_: Any) -> None:
+        word = tuple_.values[0]
+        if word.startswith("x") and word not in self.seen:
+            self.seen.add(word)
+            self.collector.fail(tuple_)
+            return
+        self.collector.emit([word], anchors=tuple_)
+        self.collector.ack(tuple_)
+
+
+def _at_least_once(bolt: Any, tasks: int = 2, **conf: Any) -> tuple[Any, dict[str, Any]]:
+    b = TopologyBuilder()
+    b.set_spout("words", KafkaSpout("words", value_serde=StringSerde(field="word")))
+    b.set_bolt("work", bolt, tasks).shuffle_grouping("words")
+    b.set_bolt("out", CaptureSink()).shuffle_grouping("work")
+    return b.create_topology(), {"topology.guarantee": "at-least-once", **conf}
+
+
+def test_at_least_once_a_failed_kafka_tuple_is_replayed_as_on_spark() -> None:
+    FailsOnce.seen = set()
+    topology, conf = _at_least_once(FailsOnce())
+    with TopologyTestDriver(topology, conf) as driver:
+        driver.pipe("words", [{"word": w} for w in ("a", "x1", "b", "x2")])
+        assert sorted(w for [w] in driver.output("out")) == ["a", "b"]
+        driver.drain()  # the retries (default policy: at once) run in the next batch
+        assert sorted(w for [w] in driver.output("out")) == ["a", "b", "x1", "x2"]
+        assert driver.counters["words.failed"] == 2
+        assert driver.counters["words.replayed"] == 2
+        assert driver.counters["words.acked"] == 4
+        assert driver.batch_id == 2
+
+
+class Holds(BaseRichBolt):
+    def prepare(self, conf: Any, context: Any, collector: Any) -> None:
+        self.collector = collector
+
+    def declare_output_fields(self, declarer: Any) -> None:
+        declarer.declare(Fields("word"))
+
+    def execute(self, tuple_: Any) -> None:
+        if tuple_.values[0] == "lost":
+            return  # never acked: its tree times out
+        self.collector.emit([tuple_.values[0]], anchors=tuple_)
+        self.collector.ack(tuple_)
+
+
+def test_a_tree_never_acked_times_out_replays_and_dead_letters_after_its_retries() -> None:
+    from kstorm.acking import RetryPolicy
+
+    b = TopologyBuilder()
+    b.set_spout("words", KafkaSpout("words", value_serde=StringSerde(field="word"),
+                                    retry=RetryPolicy(max_retries=1)))
+    b.set_bolt("work", Holds()).shuffle_grouping("words")
+    conf = {"topology.guarantee": "at-least-once", "topology.message.timeout.secs": 5}
+    with TopologyTestDriver(b.create_topology(), conf) as driver:
+        driver.pipe("words", [{"word": "ok"}, {"word": "lost"}])
+        driver.advance_time(4_000)
+        assert driver.counters["words.timed_out"] == 0
+        driver.drain()  # 5 s: times out, replayed; 10 s: times out again, out of retries
+        assert driver.counters["words.timed_out"] == 2
+        assert driver.counters["words.replayed"] == 1
+        [letter] = driver.dead_letters
+        assert letter["error_type"] == "TupleTimedOut" and letter["offset"] == 1
+        assert driver.now_ms == 10_000
+
+
+class Pairs(BaseRichBolt):
+    """Seed 001's join: holds ``aK`` until ``bK`` comes (maybe batches later), then emits the
+    pair anchored to both and acks both."""
+
+    def prepare(self, conf: Any, context: Any, collector: Any) -> None:
+        self.collector, self.held = collector, {}
+
+    def declare_output_fields(self, declarer: Any) -> None:
+        declarer.declare(Fields("pair"))
+
+    def execute(self, tuple_: Any) -> None:
+        word = tuple_.values[0]
+        partner = self.held.pop(word[1:], None)
+        if partner is None:
+            self.held[word[1:]] = tuple_
+            return
+        self.collector.emit(["+".join(sorted([word, partner.values[0]]))],
+                            anchors=[partner, tuple_])
+        self.collector.ack(partner)
+        self.collector.ack(tuple_)
+
+
+def test_at_least_once_tuples_held_across_batches_are_acked_later() -> None:
+    topology, conf = _at_least_once(Pairs(), 1, **{"topology.message.timeout.secs": 60})
+    with TopologyTestDriver(topology, conf) as driver:
+        driver.pipe("words", [{"word": "a1"}, {"word": "a2"}])
+        driver.advance_time(1_000)
+        driver.pipe("words", [{"word": "b2"}])
+        driver.advance_time(1_000)
+        driver.pipe("words", [{"word": "b1"}])
+        assert sorted(p for [p] in driver.output("out")) == ["a1+b1", "a2+b2"]
+        assert driver.counters["words.acked"] == 4
+        assert not driver.counters["words.timed_out"] and not driver.counters["words.failed"]
+        driver.drain()  # nothing pending: no batch runs
+        assert driver.batch_id == 3

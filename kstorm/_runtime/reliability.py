@@ -118,7 +118,7 @@ class SpoutReliability:
                                   for p, o in parts.items()}
             now, retries = read_marks(offsets.marks_of(spout_id))
             now = offsets.timestamp_ms if now is None else now
-            decisions = self._batch(spout_id, task, tracker, now, retries, pending[task],
+            decisions = spout_batch(spout_id, task, tracker, now, retries, pending[task],
                                     by_task[task], out.counters)
             out.counters[f"{spout_id}.acked"] += acked[task]
             self._apply(spout_id, decisions, out)
@@ -129,66 +129,9 @@ class SpoutReliability:
         self._log(batch_id, out)
         return out
 
-    def _batch(self, spout_id: str, task: int, tracker: SpoutTracker, now: int,
-               retries: list[tuple[str, int, int, int]], pending: list[tuple[int, int, Any]],
-               events: list[tuple[str, int, int, Any]], counters: Counter[str]
-               ) -> list[SpoutDecision]:
-        # Step 2: register, in offset order per partition (the offset tracker needs it).
-        started = [(KafkaMessageId(t, p, o), root_id_for(task, t, p, o, a))
-                   for t, p, o, a in retries]
-        counters[f"{spout_id}.replayed"] += len(retries)
-        started += [(KafkaMessageId(*msg[:3]), root) for root, _, msg in pending]
-        started += [(KafkaMessageId(*msg[:3]), root) for outcome, root, _, msg in events
-                    if outcome == Outcome.FAILED.value and msg is not None]
-        for msg_id, root in sorted(started):
-            if not tracker.is_in_flight(msg_id) and not tracker.is_pending_root(root):
-                tracker.emit(msg_id, root, now)
-        # Step 3: the trees that ended.
-        decisions = []
-        for outcome, root, _, msg in events:
-            if outcome == Outcome.ACKED.value:
-                decision = tracker.ack(root)
-                if decision is None and msg is not None:  # a first attempt, never pending
-                    decision = SpoutDecision(KafkaMessageId(*msg[:3]), SpoutAction.ACK,
-                                             Outcome.ACKED, 0)
-            else:
-                decision = tracker.fail(root, now)
-            if decision is not None:
-                decisions.append(decision)
-        # Step 4: time-outs.
-        decisions += tracker.expire(now)
-        return decisions
-
     def _apply(self, spout_id: str, decisions: list[SpoutDecision], out: BatchOutcome) -> None:
-        spout = self.spouts[spout_id]
-        calls_ack = type(spout).ack is not BaseRichSpout.ack
-        calls_fail = type(spout).fail is not BaseRichSpout.fail
-        dead: list[SpoutDecision] = []
-        for d in decisions:
-            if d.action is SpoutAction.ACK:
-                out.counters[f"{spout_id}.acked"] += 1
-                if calls_ack:
-                    spout.ack(d.msg_id)
-                continue
-            out.counters[f"{spout_id}.{d.outcome.value}"] += 1
-            if calls_fail:
-                spout.fail(d.msg_id)
-            if d.action is SpoutAction.DEAD_LETTER:
-                dead.append(d)
-        if dead:
-            out.counters[f"{spout_id}.dead_lettered"] += len(dead)
-            raw = _fetch_values(spout, [d.msg_id for d in dead])
-            retries = self.retry[spout_id].max_retries
-            for d in dead:
-                t, p, o = d.msg_id
-                why = "timed out" if d.outcome is Outcome.TIMED_OUT else "failed"
-                message = (f"spout tuple {t}[{p}]@{o} {why} on its last attempt "
-                           f"({d.num_fails} failures, max_retries={retries})")
-                error = "TupleTimedOut" if d.outcome is Outcome.TIMED_OUT else "TupleFailed"
-                out.dead_letters.append({
-                    "component": spout_id, "stream": "default", "error_type": error,
-                    "message": message, "values": None, "topic": t, "partition": p,
-                    "offset": o, "raw": raw.get(d.msg_id)})
+        apply_decisions(spout_id, self.spouts[spout_id], self.retry[spout_id].max_retries,
+                        decisions, out)
 
     def _log(self, batch_id: int, out: BatchOutcome) -> None:
         for spout_id in self.acking.spout_tasks:
@@ -228,6 +171,80 @@ class SpoutReliability:
             self.layout.write(self.layout.book_path(spout_id),
                               book_of(batch_id, tracker, out.ends[spout_id]).to_json().encode())
         self.layout.retain(self.dir, TRACKERS, batch_id)
+
+
+def spout_batch(spout_id: str, task: int, tracker: SpoutTracker, now: int,
+                retries: list[tuple[str, int, int, int]], pending: list[tuple[int, int, Any]],
+                events: list[tuple[str, int, int, Any]], counters: Counter[str]
+                ) -> list[SpoutDecision]:
+    """Steps 2-4 for one tracked spout: register, settle the ended trees, time out.
+
+    Pure (the test driver runs it too): ``retries`` are the ``(topic, partition, offset,
+    attempt)`` the batch re-emitted, ``pending`` the trees the ackers left open, ``events``
+    the trees that ended; returns the spout's decisions (ack, retry, dead letter).
+    """
+    # Step 2: register, in offset order per partition (the offset tracker needs it).
+    started = [(KafkaMessageId(t, p, o), root_id_for(task, t, p, o, a))
+               for t, p, o, a in retries]
+    counters[f"{spout_id}.replayed"] += len(retries)
+    started += [(KafkaMessageId(*msg[:3]), root) for root, _, msg in pending]
+    started += [(KafkaMessageId(*msg[:3]), root) for outcome, root, _, msg in events
+                if outcome == Outcome.FAILED.value and msg is not None]
+    for msg_id, root in sorted(started):
+        if not tracker.is_in_flight(msg_id) and not tracker.is_pending_root(root):
+            tracker.emit(msg_id, root, now)
+    # Step 3: the trees that ended.
+    decisions = []
+    for outcome, root, _, msg in events:
+        if outcome == Outcome.ACKED.value:
+            decision = tracker.ack(root)
+            if decision is None and msg is not None:  # a first attempt, never pending
+                decision = SpoutDecision(KafkaMessageId(*msg[:3]), SpoutAction.ACK,
+                                         Outcome.ACKED, 0)
+        else:
+            decision = tracker.fail(root, now)
+        if decision is not None:
+            decisions.append(decision)
+    # Step 4: time-outs.
+    decisions += tracker.expire(now)
+    return decisions
+
+
+def apply_decisions(spout_id: str, spout: Any, max_retries: int | None,
+                    decisions: list[SpoutDecision], out: BatchOutcome,
+                    fetch: Any = None) -> None:
+    """The spout's side of ``decisions``.
+
+    Its ``ack``/``fail`` (when it overrides them), the counters, and a dead letter per
+    message out of retries (``fetch`` reads their raw values back; default: from Kafka).
+    """
+    calls_ack = type(spout).ack is not BaseRichSpout.ack
+    calls_fail = type(spout).fail is not BaseRichSpout.fail
+    dead: list[SpoutDecision] = []
+    for d in decisions:
+        if d.action is SpoutAction.ACK:
+            out.counters[f"{spout_id}.acked"] += 1
+            if calls_ack:
+                spout.ack(d.msg_id)
+            continue
+        out.counters[f"{spout_id}.{d.outcome.value}"] += 1
+        if calls_fail:
+            spout.fail(d.msg_id)
+        if d.action is SpoutAction.DEAD_LETTER:
+            dead.append(d)
+    if dead:
+        out.counters[f"{spout_id}.dead_lettered"] += len(dead)
+        raw = (fetch or _fetch_values)(spout, [d.msg_id for d in dead])
+        for d in dead:
+            t, p, o = d.msg_id
+            why = "timed out" if d.outcome is Outcome.TIMED_OUT else "failed"
+            message = (f"spout tuple {t}[{p}]@{o} {why} on its last attempt "
+                       f"({d.num_fails} failures, max_retries={max_retries})")
+            error = "TupleTimedOut" if d.outcome is Outcome.TIMED_OUT else "TupleFailed"
+            out.dead_letters.append({
+                "component": spout_id, "stream": "default", "error_type": error,
+                "message": message, "values": None, "topic": t, "partition": p,
+                "offset": o, "raw": raw.get(d.msg_id)})
 
 
 def lowest_unacked(offsets: Any, marks: bytes) -> dict[str, dict[int, int]]:
