@@ -782,7 +782,8 @@ class TopologyTestDriver:
                   if source_kind(self.topology.components[g.component].component) != "kafka"]
         store = (PersistentTuples(chunks, config.max_events_in_memory)
                  if config.persistent else None)
-        return WindowedTask(component, config, inputs, store)
+        tracked = self._acking is not None and not acks_on_arrival(spec.component)
+        return WindowedTask(component, config, inputs, store, tracked=tracked)
 
     def _aggregate_stage(self, stage: Stage, ts: list[Tuple], done: _Attempt
                          ) -> tuple[list[Packed], tuple[list[pa.Table], dict[str, int], int]]:

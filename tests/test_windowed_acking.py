@@ -39,7 +39,7 @@ def run(config: WindowConfig, batches: list[list[Tuple]], now: int = 0
     """Per batch: (the windows fired, the ids settle() hands back); state via snapshots."""
     out, snap = [], None
     for batch in batches:
-        task = WindowedTask("w", config)
+        task = WindowedTask("w", config, tracked=True)
         task.restore(snap)
         collect = Collect()
         task.process(batch, now, collect)
@@ -79,10 +79,13 @@ def test_event_time_windows_release_on_their_next_start_and_late_tuples_at_once(
 
 
 def test_nothing_is_handed_back_when_nothing_is_tracked() -> None:
-    task = WindowedTask("w", WindowConfig(Count(1), tumbling=True))
+    task = WindowedTask("w", WindowConfig(Count(1), tumbling=True), tracked=True)
     batch = [Tuple([1, 0], FIELDS, "events")]
     task.process(batch, 0, Collect())
     assert task.settle(batch) == []
+    untracked = WindowedTask("w", WindowConfig(Count(1), tumbling=True))  # exactly once
+    untracked.process([tracked(1)], 0, Collect())
+    assert untracked.manager.take_released() == []  # no bookkeeping at all
 
 
 class Plain(BaseWindowedBolt):

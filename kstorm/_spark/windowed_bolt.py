@@ -164,7 +164,8 @@ def windowed_processor(ctx: StageContext, spec: WindowedStageSpec) -> Any:
             store = (PersistentTuples(_MapStateChunks(self._tuples),
                                       spec.config.max_events_in_memory)
                      if spec.config.persistent else None)
-            windowed = WindowedTask(spec.component, spec.config, spec.inputs, store)
+            windowed = WindowedTask(spec.component, spec.config, spec.inputs, store,
+                                    tracked=ctx.acking is not None and not spec.acks_on_arrival)
             if self._window.exists():
                 windowed.restore(pickle.loads(self._window.get()[0]))
             elif task in spec.seeds:  # first batch after a lost checkpoint

@@ -145,16 +145,20 @@ class WindowedTask:
             of the bolt's non-Kafka inputs; Kafka partitions join as they deliver).
         store: where a persistent window's tuples live (``with_persistence()``); without
             one, tuples are held in memory.
+        tracked: at least once: keep note of the tuples no later window holds, for
+            :meth:`settle` (off, the windows cost nothing extra).
     """
 
     def __init__(self, component: str, config: WindowConfig,
-                 inputs: Sequence[Hashable] = (), store: PersistentTuples | None = None) -> None:
+                 inputs: Sequence[Hashable] = (), store: PersistentTuples | None = None,
+                 *, tracked: bool = False) -> None:
         self.component = component
         self.config = config
         self.store = store if config.persistent else None
         if self.store is not None:  # the manager holds refs; ids are not used (as in Storm)
             config = dataclasses.replace(config, message_id_field=None)
         self.manager = WindowManager(config, source_of=source_of)
+        self.manager.record_released = tracked and self.store is None
         self.tracker = (WatermarkTracker(config.lag, interval=config.watermark_interval,
                                          streams=inputs, idle_timeout=config.idle_timeout)
                         if config.is_event_time else None)

@@ -111,6 +111,8 @@ class WindowManager:
         self._ledger = MessageIdLedger() if self._id_of is not None else None
         #: Bumped whenever earlier :class:`TupleWindow` views become invalid.
         self.epoch = 0
+        #: Keep the items no later window holds for :meth:`take_released` (at least once).
+        self.record_released = False
         self._clear()
 
     def _clear(self) -> None:
@@ -304,8 +306,8 @@ class WindowManager:
                              self.config.persistent)
         self._expired = []
         self._last_end, self._last_end_ts = end_key, end_ts
-        done = self._in_no_later_window(lo, hi, end_ts)
-        if done > lo:  # at least once they are acked now: no window will anchor to them
+        if self.record_released:  # at least once they are acked now: no window needs them
+            done = self._in_no_later_window(lo, hi, end_ts)
             self._released.extend(entry[2] for entry in entries[lo:done])
         if self._ledger is not None:
             source_of, id_of, ledger = self._source_of, self._id_of, self._ledger
@@ -332,7 +334,8 @@ class WindowManager:
     def _evict(self, head: int, lo: int) -> None:
         evicted = [entry[2] for entry in self._entries[head:lo]]
         self._expired.extend(evicted)
-        self._released.extend(evicted)
+        if self.record_released:
+            self._released.extend(evicted)
         self._head = lo
         if self._ledger is not None:
             source_of, id_of, ledger = self._source_of, self._id_of, self._ledger
