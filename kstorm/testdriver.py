@@ -161,7 +161,9 @@ class TopologyTestDriver:
         self.topology = topology
         self.name = name
         self.conf = dict(conf or {})
-        self.settings = TopologyConfig.from_conf({**self.conf, "kstorm.capture.emitted": True})
+        # one process: topology.workers (Spark executors on a cluster) means nothing here
+        checked = {k: v for k, v in self.conf.items() if k != "topology.workers"}
+        self.settings = TopologyConfig.from_conf({**checked, "kstorm.capture.emitted": True})
         self.plan: Plan = compile_plan(topology)
         self.now_ms = int(start_time_ms)
         self.batch_id = 0  # the next batch
