@@ -169,6 +169,64 @@ class AppendSink(BaseSink):
             os.fsync(f.fileno())
 
 
+class SplitAppendSink(AppendSink):
+    """An :class:`AppendSink` for window results: one line per value of ``"a,b,c"``."""
+
+    def commit(self, batch: SinkBatch) -> None:
+        """Append each window's values."""
+        lines = [v for t in batch.tuples for v in t.values[0].split(",") if v]
+        if not lines:
+            return
+        with open(self.path, "a") as f:
+            f.write("".join(f"{v}\n" for v in lines))
+            f.flush()
+            os.fsync(f.fileno())
+
+
+class FailsSomeWindows(BaseRichBolt):
+    """Fails a window result holding, for the first time, a value ``r<i>`` with
+    ``i % 50 == 11`` (seed 004: the window's tuples must be replayed), passes the rest."""
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+
+    def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
+        """``values``."""
+        declarer.declare(Fields("values"))
+
+    def prepare(self, conf: dict[str, Any], context: TopologyContext,
+                collector: OutputCollector) -> None:
+        """Keep the collector."""
+        self.collector = collector
+
+    def execute(self, tuple_: Tuple) -> None:
+        """See the class docstring."""
+        values = tuple_.values[0].split(",")
+        firsts = [_first_time(self.directory, "window-" + v) for v in values
+                  if int(v[1:]) % 50 == 11]  # (a list: every marker is written)
+        if any(firsts):
+            self.collector.fail(tuple_)
+            return
+        self.collector.emit(tuple_.values, anchors=tuple_)
+        self.collector.ack(tuple_)
+
+
+def windowed_topology(spout: Any, bolt: Flaky, directory: str, sink: Any) -> Any:
+    """spout -> work (``bolt``) -> 1 s tumbling windows -> check -> out (``sink``)."""
+    from windowed_bolts import ValueWindows
+
+    from kstorm.windowing import Duration
+
+    builder = TopologyBuilder()
+    builder.set_spout("events", spout)
+    builder.set_bolt("work", bolt).shuffle_grouping("events")
+    builder.set_bolt("windows", ValueWindows().with_tumbling_window(Duration.seconds(1))
+                     ).global_grouping("work")
+    builder.set_bolt("check", FailsSomeWindows(directory)).shuffle_grouping("windows")
+    builder.set_bolt("out", sink).shuffle_grouping("check")
+    return builder.create_topology()
+
+
 def flaky_topology(spout: Any, bolt: Flaky, sink: Any) -> Any:
     """spout --shuffle--> work (``bolt``) --shuffle--> out (``sink``)."""
     builder = TopologyBuilder()
@@ -212,6 +270,8 @@ def run(argv: list[str] | None = None) -> int:
         parser.add_argument(name, required=True)
     parser.add_argument("--max-per-batch", type=int, default=400)
     parser.add_argument("--timeout", type=float, default=240.0)
+    parser.add_argument("--windowed", action="store_true",
+                        help="values go through 1 s tumbling windows (windowed_topology)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
@@ -220,7 +280,11 @@ def run(argv: list[str] | None = None) -> int:
     spout = KafkaSpout(args.topic, group_id=group, max_offsets_per_batch=args.max_per_batch,
                        first_batch_max_offsets=args.max_per_batch,
                        retry=RetryPolicy(initial_delay_ms=200, delay_period_ms=200))
-    topology = flaky_topology(spout, Chaotic(args.dir), AppendSink(f"{args.dir}/out.txt"))
+    if args.windowed:
+        topology = windowed_topology(spout, Chaotic(args.dir), args.dir,
+                                     SplitAppendSink(f"{args.dir}/out.txt"))
+    else:
+        topology = flaky_topology(spout, Chaotic(args.dir), AppendSink(f"{args.dir}/out.txt"))
     conf = {"kafka.bootstrap.servers": args.bootstrap, "kstorm.checkpoint.dir": args.checkpoint,
             "kstorm.trigger": "continuous", "kstorm.trigger.interval.ms": 200,
             "kstorm.spark.master": "local[2]", "kstorm.shuffle.partitions": 2,

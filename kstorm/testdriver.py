@@ -67,10 +67,8 @@ from kstorm._runtime.envelope import (
     envelope_tuples,
     pack,
     to_arrow,
-    unpack_metas,
-    unpack_values,
 )
-from kstorm._runtime.executor import StageExecutor, WindowOutput
+from kstorm._runtime.executor import StageExecutor
 from kstorm._runtime.plan import (
     COMMIT,
     DRIVER,
@@ -658,7 +656,8 @@ class TopologyTestDriver:
             else:
                 where = self.plan.stage_of.get(dest)
                 if where == DRIVER:
-                    done.sinks[dest].extend(self._tuples_of(row))
+                    done.sinks[dest].extend(t for _, t in envelope_tuples(to_arrow([row]),
+                                                                         self.topology))
                 elif where == COMMIT:
                     commit_rows[dest].append(row)
                 elif where is not None:
@@ -666,18 +665,6 @@ class TopologyTestDriver:
                 else:  # pragma: no cover - the plan addresses only its own components
                     msg = f"a row for unknown destination {dest!r}"
                     raise TopologyError(msg)
-
-    def _tuples_of(self, row: Outgoing | Packed) -> list[Tuple]:
-        fields = self.topology.components[row.src].streams[row.stream]
-        if isinstance(row, Packed):
-            values = unpack_values(row.values)
-            metas = unpack_metas(row.meta, len(values))
-        else:
-            values, metas = [pickle.loads(row.values)], [row.meta]
-        out = []
-        for v, _m in zip(values, metas, strict=True):
-            out.append(Tuple._received(v, fields, row.src, row.stream))
-        return out
 
     def _arrivals(self, stage: Stage, raw: list[tuple[int, Tuple]], rows: list[Any]
                   ) -> list[tuple[int, Tuple]]:
@@ -761,14 +748,9 @@ class TopologyTestDriver:
                     self._window_task(component, task, chunks), chunks)
             tuples = [t for _, t in part]
             executor.counters[f"{component}.executed"] += len(tuples)
-            out = WindowOutput(executor, component, task, config.late_tuple_stream)
-            if acks_on_arrival(self.topology.components[component].component):
-                executor.hold(component, tuples)
-                window.task.process(tuples, self.now_ms, out)
-            else:
-                executor.track(tuples)
-                window.task.process(tuples, self.now_ms, out)
-                executor.release(component, window.task.settle(tuples))
+            executor.run_windows(component, task, window.task, tuples, self.now_ms,
+                                 config.late_tuple_stream,
+                                 acks_on_arrival(self.topology.components[component].component))
             rows += list(executor.finish_rows())
             window.timer = window.task.next_timer(self.now_ms)
             done.counters.update(executor.counters)

@@ -52,3 +52,6 @@ def test_spark_keys_that_contradict_the_workers_are_refused() -> None:
                   "kstorm.spark.conf": {"spark.dynamicAllocation.enabled": "true"}})
     with pytest.raises(ConfigError):
         TopologyConfig.from_conf({"topology.workers": 0})
+    with pytest.raises(ConfigError, match="spark.executor.cores = 'two'"):
+        _options({"kstorm.spark.master": "spark://h:7077", "topology.workers": 2,
+                  "kstorm.spark.conf": {"spark.executor.cores": "two"}})

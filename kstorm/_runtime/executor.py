@@ -342,24 +342,26 @@ class StageExecutor:
                 self._acked(component, tup)
             tup._ids = None
 
-    def track(self, tuples: Sequence[Tuple]) -> None:
-        """``tuples`` enter a (non-stateful) windowed bolt: tracked until :meth:`release`.
+    def run_windows(self, component: str, task: int, windowed: Any, tuples: list[Tuple],
+                    now_ms: int, late_stream: str | None, acks_on_arrival: bool) -> None:
+        """One batch of a windowed bolt task (a :class:`~kstorm.windowing._task.WindowedTask`).
 
-        At least once, each keeps its place in its trees while it is in a window (the
-        window state carries it from batch to batch); the window's emits are anchored to
-        it (:class:`kstorm.windowing.bolt.WindowedOutputCollector`), so a failure
-        downstream fails its tree and the spout replays it (seed 004).
+        A stateful or persistent window acks its tuples as they arrive (:meth:`hold`).
+        Otherwise, at least once, each tuple keeps its place in its trees while a window may
+        need it (the window state carries it from batch to batch), the windows' emits are
+        anchored to it (:class:`kstorm.windowing.bolt.WindowedOutputCollector`), and it is
+        acked once no later window holds it (``settle``): a failure downstream fails its
+        tree and the spout replays it (seed 004).
         """
-        if self._acking is None:
+        out = WindowOutput(self, component, task, late_stream)
+        if acks_on_arrival or self._acking is None:
+            self.hold(component, tuples)
+            windowed.process(tuples, now_ms, out)
             return
         for tup in tuples:
             self._track_input(tup)
-
-    def release(self, component: str, tuples: Iterable[Tuple]) -> None:
-        """Ack ``tuples`` whose windows are over (expired, or never held: late...)."""
-        if self._acking is None:
-            return
-        for tup in tuples:
+        windowed.process(tuples, now_ms, out)
+        for tup in windowed.settle(tuples):
             if isinstance(tup._ids, TrackedTuple) and not tup._ids.settled:
                 self._acked(component, tup)
 

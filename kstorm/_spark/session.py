@@ -75,6 +75,9 @@ def worker_options(workers: int, spark_conf: dict[str, str], master: str) -> dic
     otherwise, or dynamic allocation, is a contradiction: refused, never silently preferred.
     """
     cores = spark_conf.get("spark.executor.cores", "1")
+    if not str(cores).isdigit() or int(cores) < 1:
+        msg = f"kstorm.spark.conf spark.executor.cores = {cores!r} is not a whole number >= 1"
+        raise ConfigError(msg, hint="spark.executor.cores counts cores per executor, e.g. '2'")
     wanted = {"spark.executor.instances": str(workers), "spark.executor.cores": cores}
     if master.startswith("spark://") or master == "":
         wanted["spark.cores.max"] = str(workers * int(cores))

@@ -28,7 +28,6 @@ from typing import Any
 import pyarrow as pa
 
 from kstorm._runtime.envelope import NOW_COLUMN, Outgoing, state_dest, to_arrow
-from kstorm._runtime.executor import WindowOutput
 from kstorm._spark.gc_control import freeze_imports
 from kstorm._spark.stage import (
     MapStateKeyValue,
@@ -135,14 +134,8 @@ def windowed_processor(ctx: StageContext, spec: WindowedStageSpec) -> Any:
                     yield _pandas(others.drop_columns([NOW_COLUMN]))
                 tuples.extend(t for _, t in tuples_of(ctx, mine, [task] * mine.num_rows))
             executor.counters[f"{spec.component}.executed"] += len(tuples)
-            out = WindowOutput(executor, spec.component, task, spec.config.late_tuple_stream)
-            if spec.acks_on_arrival:
-                executor.hold(spec.component, tuples)
-                windowed.process(tuples, now, out)
-            else:
-                executor.track(tuples)
-                windowed.process(tuples, now, out)
-                executor.release(spec.component, windowed.settle(tuples))
+            executor.run_windows(spec.component, task, windowed, tuples, now,
+                                 spec.config.late_tuple_stream, spec.acks_on_arrival)
             for chunk in packed(executor.finish_rows()):
                 yield _pandas(chunk)
             for kv in kvs:
@@ -216,4 +209,3 @@ def windowed_spec(topology: Any, plan: Any, stage: Any, settings: Any,
     mine = {int(k[len(prefix):]): v for k, v in seeds.items() if k.startswith(prefix)}
     return WindowedStageSpec(stage.head, config, inputs, continuous and needs_timers,
                              to_driver, mine, acks_on_arrival(spec.component))
-
