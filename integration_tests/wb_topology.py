@@ -30,6 +30,7 @@ import random
 import sys
 import time
 from typing import Any
+from urllib.parse import urlparse
 
 from eo_topology import EXIT_TIMEOUT, Event, topic_ends
 
@@ -57,7 +58,7 @@ def window_value(row: dict[str, Any]) -> dict[str, int]:
 
 
 def build_topology(topic: str, redis_url: str, prefix: str, *, mode: str,
-                   max_per_batch: int) -> Any:
+                   max_per_batch: int, persistent: bool = False) -> Any:
     """The topology of the module docstring."""
     from windowed_bolts import CountingWindows
 
@@ -72,6 +73,8 @@ def build_topology(topic: str, redis_url: str, prefix: str, *, mode: str,
     bolt = (CountingWindows().with_tumbling_window(Duration.millis(WINDOW_MS))
             .with_timestamp_field("ts").with_lag(Duration.millis(LAG_MS))
             .with_message_id_field("offset"))
+    if persistent:  # the tuples in the state backend, a few chunks in memory
+        bolt = bolt.with_persistence().with_max_events_in_memory(500)
     config = RedisConfig.from_url(redis_url)
     store = RedisSink(config, key=prefix + ":w:{start}", value=window_value, merge="set",
                       mode=mode)  # type: ignore[arg-type]
@@ -95,8 +98,15 @@ def run(args: argparse.Namespace) -> int:
             "kstorm.checkpoint.dir": args.checkpoint,
             "kstorm.trigger": "continuous", "kstorm.trigger.interval.ms": 100,
             "kstorm.spark.master": "local[2]", "kstorm.shuffle.partitions": 2}
+    if args.provider == "redis":  # windows and the bolt's state in Redis (seed 000)
+        url = urlparse(args.redis_url)
+        conf["topology.state.provider"] = "redis"
+        conf["topology.state.provider.config"] = {"jedisPoolConfig": {
+            "host": url.hostname, "port": url.port,
+            "database": int((url.path or "/0").lstrip("/") or 0)}}
     topology = build_topology(args.topic, args.redis_url, args.prefix or args.name,
-                              mode=args.mode, max_per_batch=args.max_per_batch)
+                              mode=args.mode, max_per_batch=args.max_per_batch,
+                              persistent=args.persistent)
     handle = submit_topology(args.name, conf, topology)
     deadline = time.monotonic() + args.timeout
     while time.monotonic() < deadline:
@@ -133,6 +143,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prefix", default=None)
     parser.add_argument("--mode", default="transactional", choices=("opaque", "transactional"))
     parser.add_argument("--max-per-batch", type=int, default=4_000)
+    parser.add_argument("--provider", default="spark", choices=("spark", "redis"))
+    parser.add_argument("--persistent", action="store_true")
     parser.add_argument("--timeout", type=float, default=300.0)
     return run(parser.parse_args(argv))
 

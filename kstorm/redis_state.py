@@ -28,6 +28,7 @@ them with the reason rather than ignore them.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import json
 import pickle
@@ -262,6 +263,10 @@ class RedisKeyValueState:
         self._pending[k] = None
         return None if old is self._MISSING else old
 
+    def discard(self, key: Any) -> None:
+        """Remove ``key`` without reading its old value (no round trip)."""
+        self._pending[self._k.serialize(key)] = None
+
     def __iter__(self) -> Iterator[tuple[Any, Any]]:
         seen = set()
         for k, raw in self._pending.items():
@@ -331,6 +336,11 @@ class RedisKeyValueStateProvider:
     def new_state(self, namespace: str, conf: Any, context: Any) -> RedisKeyValueState:
         """The state of ``namespace`` (one task of one component)."""
         return RedisKeyValueState(namespace, self.config)
+
+    def internal_state(self, namespace: str, conf: Any, context: Any) -> RedisKeyValueState:
+        """A state for kstorm's own data (windows): this server, pickle serializers."""
+        return RedisKeyValueState(namespace, dataclasses.replace(
+            self.config, key_serializer=None, value_serializer=None))
 
     def check(self) -> None:
         """Raise a ConfigError naming the server when it does not answer."""

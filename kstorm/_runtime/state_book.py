@@ -37,6 +37,8 @@ from kstorm.component import TopologyContext
 from kstorm.errors import ConfigError, StateError
 from kstorm.state import STATE_METHODS, state_namespace
 from kstorm.topology import StormTopology
+from kstorm.windowing._kvstore import internal_state, window_namespace
+from kstorm.windowing.bolt import BaseStatefulWindowedBolt
 
 log = logging.getLogger("kstorm.state")
 
@@ -47,15 +49,22 @@ class _Task:
     task: int
     namespace: str
     state: Any
-    bolt: Any  # the driver-side copy whose hooks run
+    bolt: Any  # the driver-side copy whose hooks run (None: a window's state)
+
+
+def _hook(bolt: Any, name: str, *args: Any) -> None:
+    """Call seed 000's hook ``name`` when the bolt has it (windowed bolts may not)."""
+    hook = getattr(bolt, name, None)
+    if callable(hook):
+        hook(*args)
 
 
 class StateBook:
     """The driver's side of seed 000's protocol for every stateful bolt task (module doc)."""
 
     def __init__(self, topology: StormTopology, name: str, conf: Mapping[str, Any],
-                 provider: Any, components: Iterable[str], provider_name: str = "custom"
-                 ) -> None:
+                 provider: Any, components: Iterable[str], provider_name: str = "custom",
+                 windowed: Iterable[str] = ()) -> None:
         self.name = name
         self.provider_name = provider_name
         self.provider = provider
@@ -68,6 +77,17 @@ class StateBook:
             for task in range(spec.parallelism):
                 self.tasks.append(self._task(component, task, spec.parallelism,
                                              copy.deepcopy(bolt)))
+        for component in windowed:  # user windowed bolts: windows (+ a stateful one's state)
+            spec = topology.components[component]
+            user = isinstance(spec.component, BaseStatefulWindowedBolt)
+            for task in range(spec.parallelism):
+                context = TopologyContext(name, component, task, spec.parallelism)
+                namespace = window_namespace(name, component, task)
+                self.tasks.append(_Task(component, task, namespace, internal_state(
+                    provider, namespace, self.conf, context), None))
+                if user:
+                    self.tasks.append(self._task(component, task, spec.parallelism,
+                                                 copy.deepcopy(spec.component)))
         for t in self.tasks[:1]:
             missing = [m for m in STATE_METHODS if not callable(getattr(t.state, m, None))]
             if missing:
@@ -93,7 +113,7 @@ class StateBook:
     def commit(self, txid: int) -> None:
         """Step 2: every task's state commits ``txid`` (after the batch's sinks)."""
         for t in self.tasks:
-            t.bolt.pre_commit(txid)
+            _hook(t.bolt, "pre_commit", txid)
             t.state.commit(txid)
 
     def rollback(self, txid: int) -> None:
@@ -102,7 +122,7 @@ class StateBook:
             prepared = t.state.prepared_txid()
             committed = t.state.committed_txid()
             if prepared is not None or committed == txid:
-                t.bolt.pre_rollback()
+                _hook(t.bolt, "pre_rollback")
             if prepared is not None:
                 t.state.rollback()
             if committed == txid:
@@ -131,19 +151,19 @@ class StateBook:
                                                               or prepared > committed):
                     log.info("state %s: txid %s was prepared and its sinks committed: "
                              "committing it", t.namespace, prepared)
-                    t.bolt.pre_commit(prepared)
+                    _hook(t.bolt, "pre_commit", prepared)
                     t.state.commit(prepared)
                 else:
                     log.info("state %s: discarding prepared txid %s (the batch runs again)",
                              t.namespace, prepared)
-                    t.bolt.pre_rollback()
+                    _hook(t.bolt, "pre_rollback")
                     t.state.rollback()
             committed = t.state.committed_txid()
             nxt = 0 if last is None else last + 1
             if committed is not None and committed == nxt:
                 log.info("state %s: txid %s committed before Spark's commit log; taking it "
                          "back (the batch is replayed)", t.namespace, committed)
-                t.bolt.pre_rollback()
+                _hook(t.bolt, "pre_rollback")
                 t.state.rollback_commit(committed)
                 committed = t.state.committed_txid()
             if last is not None and (committed == last - 1 or (committed is None
@@ -151,7 +171,7 @@ class StateBook:
                 # the sinks committed ``last`` and this task prepared nothing for it: it had
                 # no tuples in that batch (a task with tuples prepares before any sink
                 # commits), so its commit of ``last`` is the empty one the crash cut off
-                t.bolt.pre_commit(last)
+                _hook(t.bolt, "pre_commit", last)
                 t.state.commit(last)
                 committed = last
             if committed == last:
@@ -184,12 +204,16 @@ class StateBook:
         for component in self.components:
             spec = self.topology.components[component]
             n = spec.parallelism
-            extra = self.provider.new_state(state_namespace(self.name, component, n),
-                                            self.conf, TopologyContext(self.name, component, n,
-                                                                       n + 1))
+            context = TopologyContext(self.name, component, n, n + 1)
+            extra = [self.provider.new_state(state_namespace(self.name, component, n),
+                                             self.conf, context)]
             mine = [t for t in self.tasks if t.component == component]
+            if any(t.bolt is None for t in mine):
+                namespace = window_namespace(self.name, component, n)
+                extra.append(internal_state(self.provider, namespace, self.conf, context))
             known = [t.task for t in mine if t.state.committed_txid() is not None]
-            if extra.committed_txid() is not None or (known and len(known) < len(mine)):
+            if (any(e.committed_txid() is not None for e in extra)
+                    or (known and len(known) < len(mine))):
                 msg = (f"topology {self.name!r}: stateful bolt {component!r} now runs {n} "
                        f"task(s) but its state in the {self.provider_name} provider was "
                        "written by a different number of tasks (state is per task: keys "

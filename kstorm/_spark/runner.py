@@ -280,20 +280,23 @@ def _recover_states(name: str, conf: dict[str, Any], settings: TopologyConfig,
     else the checkpoint's (seed 000's recovery: ``kstorm/_runtime/state_book.py``).
     """
     stateful = [stage.head for stage in plan.stages if stage.stateful]
-    if settings.state_provider == "spark" or not stateful:
+    windowed = provider_windows(plan)
+    if settings.state_provider == "spark" or not (stateful or windowed):
         return None
     try:
         if settings.state_provider == "memory":
             msg = (f"topology {name!r}: topology.state.provider = memory keeps state in one "
-                   f"process, but Spark runs the stateful bolts {stateful} in Python workers "
-                   "apart from the driver, which commits it: nothing would be kept")
+                   f"process, but Spark runs the stateful and windowed bolts "
+                   f"{stateful + windowed} in Python workers apart from the driver, which "
+                   "commits it: nothing would be kept")
             raise ConfigError(msg, hint="use topology.state.provider = redis (durable) or "
                               "spark; the memory provider is for in-process tests")
         provider = settings.state_provider_instance()
         check = getattr(provider, "check", None)
         if callable(check):
             check()
-        book = StateBook(topology, name, conf, provider, stateful, settings.state_provider)
+        book = StateBook(topology, name, conf, provider, stateful, settings.state_provider,
+                         windowed)
         if resume.from_sink is not None:
             last, where = resume.txid_base - 1, f"sink {resume.from_sink!r}'s record"
         elif resume.reset_checkpoint:
@@ -310,6 +313,11 @@ def _recover_states(name: str, conf: dict[str, Any], settings: TopologyConfig,
     return book
 
 
+def provider_windows(plan: Any) -> list[str]:
+    """User windowed bolts, whose windows a state provider other than spark holds."""
+    return [stage.head for stage in plan.stages if stage.windowed and not stage.native_window]
+
+
 def state_only_in_checkpoint(topology: StormTopology, plan: Any,
                              settings: TopologyConfig | None = None) -> dict[str, str]:
     """Each component whose state lives only in Spark's checkpoint, and what that state is."""
@@ -321,7 +329,7 @@ def state_only_in_checkpoint(topology: StormTopology, plan: Any,
         if stage.stateful:
             lost[stage.head] = ("a stateful bolt: its KeyValueState lives in Spark's state "
                                 "store (topology.state.provider = spark)")
-        elif stage.windowed and not stage.native_window:
+        elif stage.windowed and not stage.native_window and not external:
             config = topology.components[stage.head].component.window_config
             if config.persistent:
                 lost[stage.head] = ("a windowed bolt with a persistent window: its tuples live "

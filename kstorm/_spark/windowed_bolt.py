@@ -16,11 +16,17 @@ A windowed bolt's stage is grouped by ``__task``; for each task and micro-batch 
 With ``with_message_id_field`` the snapshot is also sent to the driver, which stores it with
 the sinks' offsets (``state`` of :meth:`BaseSink.commit`), so the windows survive a lost
 checkpoint.
+
+With ``topology.state.provider`` other than ``spark`` the provider holds the task instead
+(steps 1 and 3 read and prepare it there, ``kstorm/windowing/_kvstore.py``; the stateful
+variant's ``KeyValueState`` too): the driver commits it after the sinks and recovers it at
+the sinks' txid after a lost checkpoint (``kstorm/_runtime/state_book.py``).
 """
 
 from __future__ import annotations
 
 import pickle
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,6 +45,7 @@ from kstorm._spark.stage import (
     typed_rows,
 )
 from kstorm.tuple import Tuple
+from kstorm.windowing._kvstore import KVChunks, WindowKV, internal_state, window_namespace
 from kstorm.windowing._store import PersistentTuples
 from kstorm.windowing._task import WindowedTask
 from kstorm.windowing.bolt import acks_on_arrival
@@ -63,6 +70,7 @@ class WindowedStageSpec:
     to_driver: bool = False     # send snapshots to the driver (stored with sink offsets)
     seeds: dict[int, bytes] = field(default_factory=dict)  # task -> snapshot from a sink
     acks_on_arrival: bool = False  # stateful or persistent: tuples acked as they arrive
+    external: bool = False      # windows in the state provider (not spark): _kvstore.py
 
     @property
     def time_mode(self) -> str:
@@ -110,15 +118,17 @@ def windowed_processor(ctx: StageContext, spec: WindowedStageSpec) -> Any:
         def _batch(self, task: int, rows: Iterator[Any] | None, timer_values: Any
                    ) -> Iterator[Any]:
             now = int(timer_values.getCurrentProcessingTimeInMs())
-            kvs: list[MapStateKeyValue] = []
+            kvs: list[Any] = []
 
-            def state_for(component: str, _task: int) -> MapStateKeyValue:
-                kv = MapStateKeyValue(self._kv)
+            def state_for(component: str, _task: int) -> Any:
+                kv = (_provider_state(ctx, component, task) if spec.external
+                      else MapStateKeyValue(self._kv))
                 kvs.append(kv)
                 return kv
 
             executor = ctx.executor(task, state_for)
-            windowed = self._load(task)
+            held = _ProviderWindows(ctx, spec, task) if spec.external else None
+            windowed = self._load(task) if held is None else held.load()
             tuples: list[Tuple] = []
             batches = (typed_rows(pdf, ctx) for pdf in rows or ())
 
@@ -138,15 +148,21 @@ def windowed_processor(ctx: StageContext, spec: WindowedStageSpec) -> Any:
                                  spec.config.late_tuple_stream, spec.acks_on_arrival)
             for chunk in packed(executor.finish_rows()):
                 yield _pandas(chunk)
-            for kv in kvs:
-                kv.flush()
-            blob = pickle.dumps(windowed.snapshot(), protocol=5)
-            self._window.update((blob,))
-            if spec.to_driver:
-                kv_items = dict(MapStateKeyValue(self._kv))
-                seed = pickle.dumps({"window": blob, "kv": kv_items}, protocol=5)
-                yield _pandas(to_arrow([Outgoing(state_dest(spec.component), task,
-                                                 spec.component, "", seed, None)]))
+            if held is not None:  # seed 000: prepared here, committed by the driver
+                txid = executor.attempt.transaction_id
+                for kv in kvs:
+                    kv.prepare_commit(txid)
+                held.prepare(windowed, txid)
+            else:
+                for kv in kvs:
+                    kv.flush()
+                blob = pickle.dumps(windowed.snapshot(), protocol=5)
+                self._window.update((blob,))
+                if spec.to_driver:
+                    kv_items = dict(MapStateKeyValue(self._kv))
+                    seed = pickle.dumps({"window": blob, "kv": kv_items}, protocol=5)
+                    yield _pandas(to_arrow([Outgoing(state_dest(spec.component), task,
+                                                     spec.component, "", seed, None)]))
             if spec.timers:
                 self._set_timer(windowed.next_timer(now))
             metrics = metrics_row(ctx, executor.counters)
@@ -184,6 +200,66 @@ def windowed_processor(ctx: StageContext, spec: WindowedStageSpec) -> Any:
     return WindowedStage()
 
 
+_TOKEN = ("token",)
+#: Per Python worker: (topology, component, task) -> (token, task, its WindowKV) as the worker
+#: last prepared them. Reused when the provider's committed state carries the same token (the
+#: driver committed what this worker prepared), so a batch reads nothing but the token.
+_WORKER_WINDOWS: dict[tuple[str, str, int], tuple[str, WindowedTask, WindowKV]] = {}
+
+
+def _provider_state(ctx: StageContext, component: str, task: int, *,
+                    window: bool = False) -> Any:
+    """Task ``task``'s user state, or (``window``) its windows' state, in the provider."""
+    from kstorm._spark.stage import _provider
+    from kstorm.component import TopologyContext
+    from kstorm.state import state_namespace
+
+    spec = ctx.topology.components[component]
+    conf = {**ctx.conf, **spec.conf}
+    context = TopologyContext(ctx.topology_name, component, task, spec.parallelism)
+    provider = _provider(ctx.settings)
+    if window:
+        namespace = window_namespace(ctx.topology_name, component, task)
+        return internal_state(provider, namespace, conf, context)
+    return provider.new_state(state_namespace(ctx.topology_name, component, task), conf,
+                              context)
+
+
+class _ProviderWindows:
+    """A task's windows held by the state provider (``kstorm/windowing/_kvstore.py``)."""
+
+    def __init__(self, ctx: StageContext, spec: WindowedStageSpec, task: int) -> None:
+        self.ctx, self.spec, self.task = ctx, spec, task
+        self.kv = _provider_state(ctx, spec.component, task, window=True)
+        self.key = (ctx.topology_name, spec.component, task)
+
+    def load(self) -> WindowedTask:
+        """The task as committed: this worker's copy if it is that, else read from the state."""
+        spec = self.spec
+        cached = _WORKER_WINDOWS.pop(self.key, None)  # a failed attempt must not reuse it
+        if cached is not None and cached[0] == self.kv.get(_TOKEN):
+            _, windowed, self.windows = cached
+            self.windows.kv = self.kv
+            if windowed.store is not None:
+                windowed.store.backend = KVChunks(self.kv)
+            return windowed
+        store = (PersistentTuples(KVChunks(self.kv), spec.config.max_events_in_memory)
+                 if spec.config.persistent else None)
+        windowed = WindowedTask(spec.component, spec.config, spec.inputs, store,
+                                tracked=self.ctx.acking is not None and not spec.acks_on_arrival)
+        self.windows = WindowKV(self.kv, spec.component)
+        self.windows.load(windowed)
+        return windowed
+
+    def prepare(self, windowed: WindowedTask, txid: int) -> None:
+        """Put what the batch changed and prepare it under ``txid``."""
+        self.windows.save(windowed)
+        token = uuid.uuid4().hex
+        self.kv.put(_TOKEN, token)
+        self.kv.prepare_commit(txid)
+        _WORKER_WINDOWS[self.key] = (token, windowed, self.windows)
+
+
 def _pandas(batch: pa.RecordBatch) -> Any:
     return batch.to_pandas()
 
@@ -204,8 +280,10 @@ def windowed_spec(topology: Any, plan: Any, stage: Any, settings: Any,
                     else isinstance(config.sliding_interval, Duration))
     stores = any(getattr(topology.components[s].component, "records_offsets", False)
                  for s in plan.sinks)
-    to_driver = stores and config.message_id_field is not None and not config.persistent
+    external = settings.state_provider != "spark"
+    to_driver = (stores and config.message_id_field is not None and not config.persistent
+                 and not external)
     prefix = state_key(stage.head, 0)[:-1]
     mine = {int(k[len(prefix):]): v for k, v in seeds.items() if k.startswith(prefix)}
     return WindowedStageSpec(stage.head, config, inputs, continuous and needs_timers,
-                             to_driver, mine, acks_on_arrival(spec.component))
+                             to_driver, mine, acks_on_arrival(spec.component), external)
