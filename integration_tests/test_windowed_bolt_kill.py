@@ -3,9 +3,11 @@
 40,000 JSON events on 4 partitions go through ``python -m wb_topology`` (KafkaSpout ->
 CountingWindows, tumbling 1 s, lag 500 ms, message id field ``offset`` -> two RedisSinks).
 The test SIGKILLs the whole process session three times -- at seeded random moments after a
-commit and once inside a sink's commit -- deletes the checkpoint before one restart (the
-windows, the id ledger and the bolt's ``KeyValueState`` then come back from the snapshot the
-sinks stored with their offsets), and lets a last run drain the topic.
+commit and once inside a sink's commit -- deletes the checkpoint before one restart, and lets
+a last run drain the topic. After the lost checkpoint the windows, the id ledger and the
+bolt's ``KeyValueState`` come back from the snapshot the sinks stored with their offsets
+(``spark`` provider), or from Redis at the sinks' txid (``redis`` provider: the same bolt,
+and the bolt as a persistent window).
 
 Ground truth, computed here from the produced events alone: the events are out of order
 within a partition by less than the lag, so none is ever late; window ``(e - 1 s, e]`` holds
