@@ -28,6 +28,7 @@ class Runs:
         self.rng = random.Random(20_261_124)
         self.timeline: list[str] = []
         self.count = 0
+        self.logs: list[Path] = []
 
     def txid(self) -> int:
         raw = self.client.hget(f"kstorm:{self.name}:store:offsets", "txid")
@@ -37,6 +38,7 @@ class Runs:
         self.count += 1
         run = TopologyProcess.start(self.argv + ["--timeout", str(RUN_TIMEOUT)], self.dir,
                                     f"run{self.count}", env, module=self.module)
+        self.logs.append(run.log)
         self.timeline.append(f"run{self.count} started at txid {self.txid()}")
         return run
 

@@ -6,8 +6,10 @@ batches. Each test SIGKILLs the whole process session at a seeded random moment,
 sink's commit, right after the sink's commit (the sink one batch ahead of the state's
 commit and of Spark's commit log) and at a random moment again, then:
 
-- ``redis`` provider: deletes the checkpoint and lets a last run finish: it resumes from the
-  sink's record and the state settled at the same txid by seed 000's recovery;
+- ``redis`` provider, on the sink's database (the state commits in the sink's atomic step)
+  or on database 1 (a second step after the sink's, reconciled at start): deletes the
+  checkpoint and lets a last run finish: it resumes from the sink's record and the state
+  settled at the same txid by seed 000's recovery;
 - ``spark`` provider: lets a last run finish, then deletes the checkpoint: the next start
   is refused (the state lived only there) and Redis is left as it was.
 
@@ -24,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 from _runs import Runs
 from topologies import sentence_records
 
@@ -62,17 +65,25 @@ def _stored(runs: Runs) -> dict[str, int]:
     return {k.decode().split(":", 1)[1]: int(runs.client.get(k)) for k in keys}
 
 
+@pytest.mark.parametrize("provider", ["redis", "redis-db1"])
 def test_redis_provider_word_count_exact_after_kills_and_a_deleted_checkpoint(
-        spark: Any, kafka: Any, redis_server: Any, tmp_path: Path, produce: Any) -> None:
-    runs, checkpoint, truth = _setup(kafka, redis_server, tmp_path, produce, "redis")
+        spark: Any, kafka: Any, redis_server: Any, tmp_path: Path, produce: Any,
+        provider: str) -> None:
+    runs, checkpoint, truth = _setup(kafka, redis_server, tmp_path, produce, provider)
     _kill_four_times(runs)
     before = runs.txid()
     shutil.rmtree(checkpoint, ignore_errors=True)
     runs.timeline.append(f"checkpoint deleted at txid {before}")
     assert runs.finish() == 0, "\n".join(runs.timeline)
     assert _stored(runs) == dict(truth), "\n".join(runs.timeline)
-    meta = runs.client.hget(f"kstorm:state:{runs.name}:count:0$meta", "committed")
+    where = runs.client.connection_pool.connection_kwargs
+    state = runs.client if provider == "redis" else redis.Redis(
+        host=where["host"], port=where["port"], db=int(where.get("db") or 0) + 1)
+    meta = state.hget(f"kstorm:state:{runs.name}:count:0$meta", "committed")
     assert int(meta) == runs.txid()  # the state is at the sink's txid
+    # one atomic step where the sink and the provider share the database, else two
+    one_step = any("atomic step" in log.read_text(errors="replace") for log in runs.logs)
+    assert one_step == (provider == "redis"), "\n".join(runs.timeline)
 
 
 def test_spark_provider_word_count_exact_after_kills_and_refused_without_checkpoint(

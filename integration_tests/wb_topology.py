@@ -30,9 +30,9 @@ import random
 import sys
 import time
 from typing import Any
-from urllib.parse import urlparse
 
 from eo_topology import EXIT_TIMEOUT, Event, topic_ends
+from wc_topology import provider_conf
 
 WINDOW_MS = 1_000
 LAG_MS = 500
@@ -98,12 +98,7 @@ def run(args: argparse.Namespace) -> int:
             "kstorm.checkpoint.dir": args.checkpoint,
             "kstorm.trigger": "continuous", "kstorm.trigger.interval.ms": 100,
             "kstorm.spark.master": "local[2]", "kstorm.shuffle.partitions": 2}
-    if args.provider == "redis":  # windows and the bolt's state in Redis (seed 000)
-        url = urlparse(args.redis_url)
-        conf["topology.state.provider"] = "redis"
-        conf["topology.state.provider.config"] = {"jedisPoolConfig": {
-            "host": url.hostname, "port": url.port,
-            "database": int((url.path or "/0").lstrip("/") or 0)}}
+    conf.update(provider_conf(args.provider, args.redis_url))  # redis: windows + state there
     topology = build_topology(args.topic, args.redis_url, args.prefix or args.name,
                               mode=args.mode, max_per_batch=args.max_per_batch,
                               persistent=args.persistent)

@@ -27,14 +27,17 @@ SINK_ID = "store"
 
 
 def provider_conf(provider: str, redis_url: str) -> dict[str, Any]:
-    """The topology configuration keys of ``provider`` (spark or redis at ``redis_url``)."""
+    """The topology configuration keys of ``provider``: spark, or redis at ``redis_url``
+    (``redis``: the sink's database, so the state commits in the sink's atomic step;
+    ``redis-db1``: database 1 of that server, so it commits in a second step)."""
     if provider == "spark":
         return {}
     url = urlparse(redis_url)
+    database = int((url.path or "/0").lstrip("/") or 0)
     return {"topology.state.provider": "redis",
             "topology.state.provider.config": {"jedisPoolConfig": {
                 "host": url.hostname, "port": url.port,
-                "database": int((url.path or "/0").lstrip("/") or 0)}}}
+                "database": database + 1 if provider == "redis-db1" else database}}}
 
 
 def build_topology(topic: str, redis_url: str, prefix: str, max_per_batch: int = 40) -> Any:
@@ -97,7 +100,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="wc_topology")
     for flag in ("--bootstrap", "--redis-url", "--topic", "--checkpoint", "--name"):
         parser.add_argument(flag, required=True)
-    parser.add_argument("--provider", choices=("spark", "redis"), default="redis")
+    parser.add_argument("--provider", choices=("spark", "redis", "redis-db1"),
+                        default="redis")
     parser.add_argument("--timeout", type=float, default=240.0)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,

@@ -44,28 +44,67 @@ PREFIX = "kstorm:state:"
 _PUT, _DEL = b"\x01", b"\x00"
 _HSET_CHUNK = 1000
 
-_COMMIT = """
-local committed = redis.call('HGET', KEYS[3], 'committed')
-if committed == ARGV[1] then return 0 end
-redis.call('DEL', KEYS[4])
-if redis.call('HGET', KEYS[3], 'prepared') == ARGV[1] then
-  local kv = redis.call('HGETALL', KEYS[2])
-  for i = 1, #kv, 2 do
-    local f, v = kv[i], kv[i + 1]
-    local old = redis.call('HGET', KEYS[1], f)
-    if old then redis.call('HSET', KEYS[4], f, '\\1' .. old)
-    else redis.call('HSET', KEYS[4], f, '\\0') end
-    if string.byte(v, 1) == 1 then redis.call('HSET', KEYS[1], f, string.sub(v, 2))
-    else redis.call('HDEL', KEYS[1], f) end
+#: Seed 000's commit of one task's state (keys: data, prepare, meta, undo) as a Lua function,
+#: shared by the provider's own script and a RedisSink that commits the states of a batch in
+#: its own script (one atomic step for the sink's values and the states: ``StateCommit``).
+STATE_COMMIT_FUNCTION = """
+local function commit_state(data, prepare, meta, undo, txid)
+  local committed = redis.call('HGET', meta, 'committed')
+  if committed == txid then return 0 end
+  redis.call('DEL', undo)
+  if redis.call('HGET', meta, 'prepared') == txid then
+    local kv = redis.call('HGETALL', prepare)
+    for i = 1, #kv, 2 do
+      local f, v = kv[i], kv[i + 1]
+      local old = redis.call('HGET', data, f)
+      if old then redis.call('HSET', undo, f, '\\1' .. old)
+      else redis.call('HSET', undo, f, '\\0') end
+      if string.byte(v, 1) == 1 then redis.call('HSET', data, f, string.sub(v, 2))
+      else redis.call('HDEL', data, f) end
+    end
   end
+  redis.call('DEL', prepare)
+  redis.call('HDEL', meta, 'prepared')
+  if committed then redis.call('HSET', meta, 'undo_prev', committed)
+  else redis.call('HDEL', meta, 'undo_prev') end
+  redis.call('HSET', meta, 'undo_txid', txid, 'committed', txid)
+  return 1
 end
-redis.call('DEL', KEYS[2])
-redis.call('HDEL', KEYS[3], 'prepared')
-if committed then redis.call('HSET', KEYS[3], 'undo_prev', committed)
-else redis.call('HDEL', KEYS[3], 'undo_prev') end
-redis.call('HSET', KEYS[3], 'undo_txid', ARGV[1], 'committed', ARGV[1])
+"""
+
+_COMMIT = STATE_COMMIT_FUNCTION + """
+return commit_state(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1])
+"""
+
+#: Commits several tasks' states (KEYS: four per task) at txid ARGV[1], in one step.
+STATES_ONLY = STATE_COMMIT_FUNCTION + """
+for s = 1, #KEYS, 4 do commit_state(KEYS[s], KEYS[s + 1], KEYS[s + 2], KEYS[s + 3], ARGV[1]) end
 return 1
 """
+
+
+@dataclass(frozen=True)
+class StateCommit:
+    """Every task state of the Redis provider committing ``txid``: for a sink to carry.
+
+    A sink on the same server and database (``server``) that accepts it applies seed 000's
+    commit of each task (``STATE_COMMIT_FUNCTION`` over ``keys``, four per task) in the
+    same atomic script as the batch's values and record: one step, nothing to reconcile.
+
+    Example:
+        >>> StateCommit(("localhost", 6379, 0), 7, ("a", "a$prepare", "a$meta", "a$undo")).tasks
+        1
+    """
+
+    server: tuple[str, int, int]
+    txid: int
+    keys: tuple[str, ...]
+
+    @property
+    def tasks(self) -> int:
+        """Number of task states."""
+        return len(self.keys) // 4
+
 
 _UNDO = """
 if redis.call('HGET', KEYS[2], 'committed') ~= ARGV[1]
@@ -187,6 +226,11 @@ class RedisStateConfig:
             if path is not None:
                 _load_class(path, key)
         return config
+
+    @property
+    def server(self) -> tuple[str, int, int]:
+        """``(host, port, database)``: where the states live."""
+        return (self.host, self.port, self.database)
 
     @property
     def where(self) -> str:

@@ -21,6 +21,12 @@ order: seed 002's committers. The contract (the README's "Writing a sink" says i
    open windows, window snapshots, un-acked offsets) *in the same atomic step* as its values,
    and answers :meth:`BaseSink.committed_offsets` / :meth:`BaseSink.committed_state` on
    start. When the checkpoint is lost or behind, the topology resumes from that record.
+5. **Carrying the states** (optional, :meth:`BaseSink.accepts_states`): a sink that can
+   commit the state provider's task states in its own atomic step (a RedisSink on the Redis
+   server of ``topology.state.provider = redis``) gets them as ``batch.states``; the first
+   sink that accepts carries them, and the values, the record and the states then commit
+   together. Otherwise the driver commits the states after the sinks (seed 000's order,
+   reconciled at start).
 """
 
 from __future__ import annotations
@@ -83,6 +89,9 @@ class SinkBatch:
         state: the runtime's state after this batch (name -> bytes); a sink with
             ``records_offsets`` stores it atomically with the offsets.
         attempt: 0 for the first attempt of this txid in this process, then 1, 2, ...
+        states: the state provider's commit of this txid when this sink said it carries it
+            (``accepts_states(states)``: a ``kstorm.redis_state.StateCommit``); the sink
+            then applies it in the same atomic step as its values, or raises.
     """
 
     txid: int
@@ -91,6 +100,7 @@ class SinkBatch:
     offsets: Offsets = field(default_factory=dict)
     state: Mapping[str, bytes] = field(default_factory=dict)
     attempt: int = 0
+    states: Any = None
 
     @property
     def first_of_lineage(self) -> bool:
@@ -133,6 +143,14 @@ class BaseSink(Component):
     def committed_state(self) -> dict[str, bytes]:
         """The ``state`` stored with the last committed batch (sinks that record offsets)."""
         return {}
+
+    def accepts_states(self, states: Any) -> bool:
+        """Whether :meth:`commit` applies ``states`` (a provider's state commit) atomically.
+
+        Saying yes is a promise: ``batch.states`` is then committed with the batch's values
+        in one step, also when the batch itself was already committed (a replay).
+        """
+        return False
 
     def close(self) -> None:
         """Called on the driver when the topology stops."""

@@ -8,6 +8,10 @@ Each task of a stateful bolt prepares its batch's changes under the batch's txid
    prepared nothing commits an empty change set, so every task is at the batch's txid);
 3. lets Spark write its commit log.
 
+Where the states are the Redis provider's and a RedisSink writes to the same server and
+database, steps 1 and 2 are one: that sink's commit script also commits every task's state
+(:meth:`StateBook.atomic_commit`, hooks first), so no crash can fall between them.
+
 A crash between any two steps is settled at the next start by :meth:`StateBook.recover`,
 given the last txid the topology has committed (``last``: the checkpoint's, or the sink's
 when the topology resumes from a sink) — seed 000's recovery rule with kstorm's facts:
@@ -35,6 +39,7 @@ from typing import Any
 
 from kstorm.component import TopologyContext
 from kstorm.errors import ConfigError, StateError
+from kstorm.redis_state import RedisKeyValueState, StateCommit
 from kstorm.state import STATE_METHODS, state_namespace
 from kstorm.topology import StormTopology
 from kstorm.windowing._kvstore import internal_state, window_namespace
@@ -115,6 +120,26 @@ class StateBook:
         for t in self.tasks:
             _hook(t.bolt, "pre_commit", txid)
             t.state.commit(txid)
+
+    def atomic_commit(self, txid: int) -> StateCommit | None:
+        """Every task's commit of ``txid`` for a sink to carry (steps 1 and 2 in one).
+
+        Only when every task's state is the Redis provider's on one server and database:
+        a RedisSink there (``accepts_states``) commits them in its own script. None otherwise.
+        """
+        states = [t.state for t in self.tasks]
+        if not states or not all(type(s) is RedisKeyValueState for s in states):
+            return None
+        servers = {s.config.server for s in states}
+        if len(servers) != 1:
+            return None
+        return StateCommit(servers.pop(), txid,
+                           tuple(k for s in states for k in s.redis_keys))
+
+    def pre_commit(self, txid: int) -> None:
+        """The ``pre_commit`` hooks, for states a sink commits (:meth:`atomic_commit`)."""
+        for t in self.tasks:
+            _hook(t.bolt, "pre_commit", txid)
 
     def rollback(self, txid: int) -> None:
         """Before a failed attempt of ``txid`` re-runs: no prepared or committed trace of it."""

@@ -27,8 +27,10 @@ failed attempt is retried in place, then the failure policy applies
 7. Write dead letters (undecodable records, tuples whose bolt raised, spout tuples out of
    retries) with their reasons: after the sinks, so a retried attempt writes them once.
    7b. With a state provider other than Spark's: every stateful bolt task's state commits
-   the txid its task prepared (seed 000; ``kstorm/_runtime/state_book.py``). A failed
-   attempt is rolled back there before it re-runs.
+   the txid its task prepared (seed 000; ``kstorm/_runtime/state_book.py``) -- or, when a
+   RedisSink shares the Redis provider's server, already did in that sink's step-6 script
+   (values, record and states in one atomic step). A failed attempt is rolled back there
+   before it re-runs.
 8. Persist each windowed aggregate's state under the batch id (a replay of this batch
    reloads the state of the batch before, so it closes the same windows).
    8b. At least once: persist the spouts' trackers under the batch id and write the books
@@ -133,6 +135,7 @@ class CommitPhase:
         self.plan = plan
         self.conf = conf or {}
         self.states = states  # stateful bolts' state outside Spark (seed 000's protocol)
+        self._carrier_logged = False
         self.transactions = Transactions(settings.transaction_max_attempts,
                                          settings.transaction_backoff_ms,
                                          settings.transaction_failure_policy,
@@ -277,10 +280,12 @@ class CommitPhase:
             state[UNACKED_STATE] = self.reliability.resume_state(batch_id, reliable)
         ends = offsets.kafka_ends()
         delivered = 0
+        carried = self._state_carrier(txid)
         for sink_id, sink in self.sinks.items():
             rows = by_dest.pop(sink_id, EMPTY)
             batch = SinkBatch(txid, batch_id, self._tuples(rows) + extra.get(sink_id, []),
-                              ends, state)
+                              ends, state,
+                              states=carried[1] if carried and carried[0] == sink_id else None)
             delivered += len(batch.tuples)
             self._commit_sink(sink_id, sink, batch)
         # Step 7: dead letters.
@@ -290,7 +295,7 @@ class CommitPhase:
                                 + (reliable.dead_letters if reliable is not None else []))
         # Step 7b: stateful bolts' state held by a provider commits this txid (seed 000),
         # after the sinks: a crash in between is settled at start (StateBook.recover).
-        if self.states is not None:
+        if self.states is not None and carried is None:
             self.states.commit(txid)
         # Step 8: the windows' state after this batch (a replay restarts from the previous).
         for windows, snap in persist:
@@ -325,6 +330,29 @@ class CommitPhase:
                 self._inputs(batch_id, offsets), delivered, late,
                 dead.num_rows + (len(reliable.dead_letters) if reliable is not None else 0),
                 marks or "-", 1000 * seconds, offsets.summary())
+
+    def _state_carrier(self, txid: int) -> tuple[str, Any] | None:
+        """The sink that commits the provider's states with its values (one atomic step).
+
+        The first sink that accepts them (a RedisSink on the Redis provider's server); its
+        ``pre_commit`` hooks run now, before the step. None: the states commit after the
+        sinks (step 7b).
+        """
+        if self.states is None:
+            return None
+        states = self.states.atomic_commit(txid)
+        if states is None:
+            return None
+        for sink_id, sink in self.sinks.items():
+            accepts = getattr(sink, "accepts_states", None)
+            if callable(accepts) and accepts(states):
+                if not self._carrier_logged:
+                    log.info("topology %r: the state of %d task(s) commits in sink %r's "
+                             "atomic step", self.name, states.tasks, sink_id)
+                    self._carrier_logged = True
+                self.states.pre_commit(txid)
+                return sink_id, states
+        return None
 
     def _inputs(self, batch_id: int, offsets: Any) -> str:
         """Records read per Kafka spout in this batch (its ends minus the previous batch's)."""

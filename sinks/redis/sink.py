@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from kstorm._testhooks import pause_after_commit, pause_before_commit
 from kstorm.errors import ConfigError, SinkError
+from kstorm.redis_state import STATES_ONLY, StateCommit
 from kstorm.sink import BaseSink, CommitRecord, SinkBatch, SinkContext
 
 from ._batch import Entry, Row, build_entries, flatten, key_function, value_function
@@ -183,7 +184,17 @@ class RedisSink(BaseSink):
                        "nothing is written over the gap; restart the topology to resume from "
                        "the sink's record")
                 raise SinkError(msg)
-        self.commit_batch(batch.txid, rows, batch.offsets, batch.state)
+        self.commit_batch(batch.txid, rows, batch.offsets, batch.state, states=batch.states)
+
+    def accepts_states(self, states: Any) -> bool:
+        """Yes for the Redis state provider's states on this sink's server and database.
+
+        They then commit in this sink's commit script (one atomic step); a Python merge's
+        optimistic commit cannot carry them.
+        """
+        server = (self.config.host, self.config.port, self.config.database)
+        return (isinstance(states, StateCommit) and isinstance(self.merge, LuaMerge)
+                and states.server == server)
 
     def committed_offsets(self) -> CommitRecord | None:
         """``(txid, {topic: {partition: end}})`` of the last committed batch, or None."""
@@ -202,7 +213,8 @@ class RedisSink(BaseSink):
 
     def commit_batch(self, txid: int, rows: Iterable[Mapping[str, Any]],
                      offsets: Mapping[str, Mapping[int, int]],
-                     state: Mapping[str, bytes] | None = None) -> CommitResult:
+                     state: Mapping[str, bytes] | None = None, *,
+                     states: StateCommit | None = None) -> CommitResult:
         """Apply batch ``txid``'s rows and record its source end offsets, in one atomic step.
 
         1. Check the arguments (nothing touches Redis yet).
@@ -222,6 +234,9 @@ class RedisSink(BaseSink):
         meanwhile (``_optimistic.py``). Retrying is always safe: a retry of a commit
         that did happen finds its txid recorded and does nothing.
 
+        ``states`` (see :meth:`accepts_states`) commit in the step-5 script, after the
+        values and the record, also when the batch is already in.
+
         Example:
             >>> sink.commit_batch(3, [{"word": "a", "n": 2}], {"words": {0: 10}})  # doctest: +SKIP
             CommitResult(txid=3, applied=True, written=1, skipped=0)
@@ -229,6 +244,10 @@ class RedisSink(BaseSink):
         # Step 1
         _require(type(txid) is int and 0 <= txid < _MAX_TXID, "txid", "an int in 0..2**53",
                  txid, error=SinkError)
+        if states is not None and (not self.accepts_states(states) or states.txid != txid):
+            msg = f"{self!r}: cannot carry the state commit {states!r} of txid {txid}"
+            raise SinkError(msg)
+        state_keys = list(states.keys) if states is not None else []
         ns, offset_args = self.namespace, offset_fields(offsets)
         for name, blob in (state or {}).items():
             offset_args += [STATE_PREFIX + name, blob]
@@ -251,6 +270,8 @@ class RedisSink(BaseSink):
             if len(chunks) > 1:
                 recorded = self.committed().txid
                 if recorded is not None and not replays(self.mode, recorded, txid):
+                    if state_keys:  # the batch is in; its states may not be (a replay)
+                        client.eval(STATES_ONLY, len(state_keys), *state_keys, str(txid))
                     return CommitResult(txid, False, 0, 0)
                 keys, inline = [ns.record, ns.stage(txid)], []
                 _stage(client, ns.stage(txid), chunks)
@@ -258,8 +279,9 @@ class RedisSink(BaseSink):
             pause_before_commit(f"{ns.prefix} txid {txid}")
             # Step 5
             args = [str(txid), self.mode, ns.prefix, str(len(offset_args) // 2), *offset_args,
-                    str(len(chunks)), *inline]
-            applied, written, skipped = self._commit(keys=keys, args=args, client=client)
+                    str(len(chunks)), *inline, str(len(state_keys) // 4)]
+            applied, written, skipped = self._commit(keys=keys + state_keys, args=args,
+                                                     client=client)
             pause_after_commit(f"{ns.prefix} txid {txid}")  # test hook
             return CommitResult(txid, bool(applied), written, skipped)
         except SinkError:
