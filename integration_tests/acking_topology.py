@@ -14,16 +14,41 @@ from __future__ import annotations
 
 import os
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kstorm import BaseRichBolt, Fields, TopologyBuilder
+from kstorm import BaseRichBolt, Fields, KafkaSpout, TopologyBuilder
 from kstorm.bolt import BaseBasicBolt, BasicOutputCollector, OutputCollector
 from kstorm.component import OutputFieldsDeclarer, TopologyContext
 from kstorm.sink import BaseSink, SinkBatch
 from kstorm.tuple import Tuple
 
 MODES = ("fail", "hold", "always")
+
+
+@dataclass(frozen=True, repr=False)
+class AckLoggingKafkaSpout(KafkaSpout):
+    """A KafkaSpout whose ``ack`` appends ``topic partition offset`` to ``<ack_dir>/acks.log``.
+
+    (Read tasks run in other processes: a file is what the test can see.)
+    """
+
+    ack_dir: str = ""
+
+    def ack(self, msg_id: Any) -> None:
+        """Log the acked record."""
+        with open(os.path.join(self.ack_dir, "acks.log"), "a") as f:
+            f.write("{} {} {}\n".format(*msg_id))
+
+
+def acks(directory: str | Path) -> Counter[tuple[str, int, int]]:
+    """How many times each (topic, partition, offset) was acked by AckLoggingKafkaSpout."""
+    path = Path(directory) / "acks.log"
+    if not path.exists():
+        return Counter()
+    return Counter((t, int(p), int(o)) for t, p, o in
+                   (line.split() for line in path.read_text().splitlines()))
 
 
 def executions(directory: str | Path) -> Counter[str]:

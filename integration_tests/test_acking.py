@@ -15,7 +15,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from acking_topology import Fan, Flaky, Leaf, executions, flaky_topology
+from acking_topology import (
+    AckLoggingKafkaSpout,
+    Fan,
+    Flaky,
+    Leaf,
+    acks,
+    executions,
+    flaky_topology,
+)
 from kafka_read import committed, read_topic
 
 from kstorm import BaseRichBolt, Fields, KafkaSpout, TopologyBuilder, submit_topology
@@ -205,6 +213,19 @@ def test_at_most_once_tracks_nothing_and_loses_failed_tuples(spark, kafka, topic
     assert "__acker" not in components
     assert "replayed" not in components.get("events", {})
     assert components["work"]["failed"] == len(failing)
+
+
+def test_at_most_once_a_kafka_spouts_ack_runs_for_every_record_once_emitted(
+        spark, kafka, topic_name, checkpoint_dir, produce, tmp_path):
+    """Seed 003: with no ackers the spout acks a tuple right after emit, whatever follows."""
+    where = setup_topic(kafka, produce, topic_name)
+    failing = {"v03", "v17"}
+    spout = AckLoggingKafkaSpout(topic_name, ack_dir=str(tmp_path))
+    topology = flaky_topology(spout, Flaky(str(tmp_path), failing, mode="fail"),
+                              CaptureSink())
+    run(f"amo-ack-{uuid.uuid4().hex[:6]}",
+        conf(kafka, checkpoint_dir, **{"topology.acker.executors": 0}), topology)
+    assert acks(tmp_path) == Counter((topic_name, p, o) for p, o in where.values())
 
 
 def test_a_tree_of_ten_thousand_tuples_completes(spark, kafka, topic_name, checkpoint_dir,

@@ -91,6 +91,7 @@ from kstorm.bolt import BaseStatefulBolt
 from kstorm.config import Guarantee, TopologyConfig
 from kstorm.errors import KstormError, TopologyError
 from kstorm.grouping import GroupingKind
+from kstorm.spout import BaseRichSpout
 from kstorm.state import MemoryKeyValueState, state_namespace
 from kstorm.topology import StormTopology
 from kstorm.transactional.attempt import TransactionAttempt
@@ -221,6 +222,13 @@ class TopologyTestDriver:
         self._check_open()
         tuples = {spout: self._tuples(spout, list(rows), stream)
                   for spout, rows in (inputs or {}).items()}
+        if self.settings.acks_on_emit:  # seed 003: at most once, ack right after emit
+            for spout, emitted in tuples.items():
+                component = self.topology.components[spout].component
+                if source_kind(component) == "kafka" and type(component).ack is not \
+                        BaseRichSpout.ack:
+                    for t in emitted:
+                        component.ack(t.message_id)
         self._batch(tuples)
 
     def run(self) -> None:

@@ -450,3 +450,26 @@ def test_at_least_once_tuples_held_across_batches_are_acked_later() -> None:
         assert not driver.counters["words.timed_out"] and not driver.counters["words.failed"]
         driver.drain()  # nothing pending: no batch runs
         assert driver.batch_id == 3
+
+
+class AckingKafkaSpout(KafkaSpout):
+    """A KafkaSpout whose ack records its message ids (at most once: right after emit)."""
+
+    acked: ClassVar[list[Any]] = []
+
+    def ack(self, msg_id: Any) -> None:
+        AckingKafkaSpout.acked.append(msg_id)
+
+
+@pytest.mark.parametrize("guarantee", ["at-most-once", "exactly-once"])
+def test_at_most_once_a_kafka_spouts_ack_runs_right_after_emit(guarantee: str) -> None:
+    AckingKafkaSpout.acked = []
+    spout = AckingKafkaSpout("events", value_serde=StringSerde(field="key"))
+    b = TopologyBuilder()
+    b.set_spout("events", spout)
+    b.set_bolt("work", AlwaysFails()).shuffle_grouping("events")
+    conf = {"topology.guarantee": guarantee, "kstorm.transaction.failure.policy": "dead-letter"}
+    with TopologyTestDriver(b.create_topology(), conf) as driver:
+        driver.pipe("events", [{"key": k} for k in "abc"])
+        expected = [("events", 0, i) for i in range(3)] if guarantee == "at-most-once" else []
+        assert AckingKafkaSpout.acked == expected  # whatever the bolt did with them

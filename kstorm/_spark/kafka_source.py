@@ -64,6 +64,7 @@ Marks = tuple[int, int]  # (low, high) watermark
 log = logging.getLogger("kstorm.kafka")
 CLOCKS_OPTION = "kstorm.clocks_file"
 FUSED_OPTION = "kstorm.fused_stage"  # a stage run inside read(): rows never reach the JVM
+ACK_ON_EMIT_OPTION = "kstorm.ack_on_emit"  # at most once, a spout with its own ack: "1"
 ACKING_OPTION = "kstorm.acking"  # tracked spout (at-least-once): {"book": path, "max_pending"}
 MAX_IDLE_WAIT_S = 1.0  # available-now: re-check un-acked tuples at least this often
 
@@ -114,7 +115,8 @@ class KafkaDataSource(DataSource):
         return KafkaStreamReader(KafkaSpout.from_options(self.options), schema,
                                  self.options.get(CLOCKS_OPTION),
                                  self.options.get(FUSED_OPTION),
-                                 self.options.get(ACKING_OPTION))
+                                 self.options.get(ACKING_OPTION),
+                                 self.options.get(ACK_ON_EMIT_OPTION) == "1")
 
 
 class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -122,7 +124,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def __init__(self, spout: KafkaSpout, schema: StructType,
                  clocks_file: str | None = None, fused: str | None = None,
-                 acking: str | None = None) -> None:
+                 acking: str | None = None, ack_on_emit: bool = False) -> None:
         self.spout = spout
         self.clocks_file = clocks_file
         # The first stage, when it reads this spout alone (e.g. a windowed aggregate's
@@ -132,6 +134,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.bootstrap: str = spout.resolved_connection().bootstrap_servers
         # At-least-once: the commit phase's SpoutBook (un-acked tuples, retries) for this spout.
         self.acking: dict[str, Any] | None = json.loads(acking) if acking else None
+        # At most once: seed 003's ack right after emit, on the read task's copy of a spout
+        # that overrides ack (the default does nothing: no per-record call then).
+        self.ack_on_emit = ack_on_emit
         self.arrow_schema = to_arrow_schema(schema, timezone="UTC")
         # Driver-only bookkeeping (plain values; the reader is pickled to executors).
         self._known: list[TopicPartition] = []
@@ -269,10 +274,13 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             yield from self._read_retries(*partition.value)
             return
         task, clock, now = partition.value
+        records = read_range(self.spout, task)
+        if self.ack_on_emit:
+            records = _acked_on_emit(self.spout, records)
         if self.fused is not None:
-            yield from self.fused(self._with_clock(read_range(self.spout, task), clock, now))
+            yield from self.fused(self._with_clock(records, clock, now))
             return
-        for batch in self._with_clock(read_range(self.spout, task), clock, now):
+        for batch in self._with_clock(records, clock, now):
             yield batch if batch.schema.equals(self.arrow_schema) else batch.cast(self.arrow_schema)
 
     def _read_retries(self, topic: str, partition: int, retries: list[tuple[int, int]],
@@ -367,6 +375,22 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         )
 
 
+def _acked_on_emit(spout: KafkaSpout, batches: Iterator[pa.RecordBatch]
+                   ) -> Iterator[pa.RecordBatch]:
+    """At most once: each record's ``spout.ack((topic, partition, offset))`` once emitted.
+
+    Storm's spout executor acks a tuple right after emit when there are no ackers (seed
+    003); here a record is emitted when the read task hands its batch on.
+    """
+    for batch in batches:
+        yield batch
+        if batch.num_rows:
+            topic = batch.column("topic")[0].as_py()
+            partition = batch.column("partition")[0].as_py()
+            for offset in batch.column("offset").to_pylist():
+                spout.ack((topic, partition, offset))
+
+
 def register(spark: SparkSession) -> None:
     """Register the ``kstorm_kafka`` format with ``spark`` (idempotent)."""
     spark.dataSource.register(KafkaDataSource)
@@ -375,7 +399,7 @@ def register(spark: SparkSession) -> None:
 def read_stream(spark: SparkSession, spout: KafkaSpout,
                 clocks_file: str | None = None, fused: Any = None,
                 fused_schema: str | None = None,
-                acking: dict[str, Any] | None = None) -> DataFrame:
+                acking: dict[str, Any] | None = None, ack_on_emit: bool = False) -> DataFrame:
     """A streaming DataFrame of ``spout``'s records (columns: ``spout.arrow_schema()``).
 
     With ``clocks_file`` (written by a windowed aggregate's commit phase), each batch's
@@ -388,6 +412,8 @@ def read_stream(spark: SparkSession, spout: KafkaSpout,
     if clocks_file is not None:
         schema = schema.add(CLOCK_COLUMN, "long")
         options[CLOCKS_OPTION] = clocks_file
+    if ack_on_emit and type(spout).ack is not KafkaSpout.ack:
+        options[ACK_ON_EMIT_OPTION] = "1"
     if acking is not None:  # at-least-once: which attempt each row is, and the batch's time
         schema = schema.add(ATTEMPT_COLUMN, "integer").add(PLANNED_COLUMN, "long")
         options[ACKING_OPTION] = json.dumps(acking)

@@ -35,7 +35,8 @@ def read_spout(spark: SparkSession, spec: ComponentSpec, settings: TopologyConfi
     if kind == "kafka":
         from kstorm._spark.kafka_source import read_stream
 
-        return read_stream(spark, spout, pmax_file, fused, ENVELOPE_DDL, acking)
+        return read_stream(spark, spout, pmax_file, fused, ENVELOPE_DDL, acking,
+                           ack_on_emit=settings.acks_on_emit)
     if kind == "list":
         from kstorm._spark.list_source import read_list_spout
 
