@@ -11,6 +11,10 @@ instance in that process, through a :class:`kstorm._runtime.spout_executor.Spout
   logged, so any batch Spark (re)runs is in the log.
 - ``partitions(start, end)``: the logged batches, split into ``parallelism`` slices carried
   inside the input partitions as Arrow IPC bytes (executors need no access to the log).
+  Tracked (at least once, with ackers): each tuple with a message id also carries it, its
+  owner, its tree's root id (:func:`kstorm.acking.ids.emit_root_id` of its place in the
+  log, the same on a replay) and the batch's planned time, which ``latestOffset`` recorded
+  in the end offset (``@acking``) for the commit phase to time trees out with.
 - ``read(partition)``: the slice's rows (``__stream``, pickled ``__vals``), turned into
   envelope rows by the spout's source stage right there (``fused``), as Kafka's windowed
   partials are.
@@ -30,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark import cloudpickle
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
@@ -40,8 +45,12 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from kstorm._runtime.envelope import PLANNED_COLUMN, ROOT_COLUMN
 from kstorm._runtime.spout_executor import BatchBounds, SpoutExecutor
 from kstorm._runtime.spout_log import SpoutLog
+from kstorm._runtime.spout_notices import NoticeBook
+from kstorm.acking.ids import emit_root_id
+from kstorm.acking.replay import marks, read_marks
 from kstorm.component import TopologyContext
 from kstorm.spout import BaseRichSpout
 from kstorm.tuple import Fields
@@ -66,6 +75,8 @@ class SpoutSourceSpec:
     ack_on_emit: bool
     parallelism: int = 1
     fused: Any = None  # the spout's source stage (StageRunner), run inside read()
+    spout_task: int | None = None  # tracked (at least once): its spout task for the ackers
+    notices_dir: str | None = None  # ... and where the commit phase leaves its notices
 
 
 class SpoutDataSource(DataSource):
@@ -102,9 +113,10 @@ class SpoutStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             spec = self.spec
             context = TopologyContext(spec.topology_name, spec.spout_id, 0, 1, -1,
                                       dict(spec.streams))
+            notices = NoticeBook(spec.notices_dir) if spec.notices_dir is not None else None
             self._executor = SpoutExecutor(spec.spout, spec.spout_id, dict(spec.conf), context,
                                            SpoutLog(spec.log_dir, spec.spout_id), spec.bounds,
-                                           ack_on_emit=spec.ack_on_emit)
+                                           ack_on_emit=spec.ack_on_emit, notices=notices)
         return self._executor
 
     def initialOffset(self) -> dict:
@@ -121,15 +133,21 @@ class SpoutStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         """Ack what committed, then log the next batch (see the module docstring)."""
         seq = int(start["seq"])
-        end = self._spout().next_batch(seq)
-        return start if end == seq else {"seq": end}
+        executor = self._spout()
+        end = executor.next_batch(seq)
+        if end == seq:
+            return start
+        if self.spec.spout_task is None or executor.planned_ms is None:
+            return {"seq": end}
+        return {"seq": end, **marks(executor.planned_ms, [])}
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         """The logged batches in ``[start, end)``, each split into ``parallelism`` slices."""
         spout_log = SpoutLog(self.spec.log_dir, self.spec.spout_id)
         parts: list[InputPartition] = []
+        planned = read_marks(end)[0]
         for seq in range(int(start["seq"]), int(end["seq"])):
-            table = spout_log.table(seq).drop_columns(["__msgid"])
+            table = _rows(spout_log.table(seq), seq, self.spec.spout_task, planned)
             n = max(1, min(self.spec.parallelism, table.num_rows))
             step = -(-table.num_rows // n)
             for i in range(n):
@@ -158,6 +176,21 @@ class SpoutStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             yield from self.spec.fused(iter(batches))
             return
         yield from batches
+
+
+def _rows(table: pa.Table, seq: int, spout_task: int | None, planned: int | None
+          ) -> pa.Table:
+    """A logged batch as the source stage reads it (tracking columns when tracked)."""
+    extra = [c for c in ("__msgid", "__owner") if c in table.schema.names]
+    if spout_task is None:
+        return table.drop_columns(extra)
+    if "__owner" not in table.schema.names:  # logged before owners were kept
+        table = table.append_column("__owner", pa.array([""] * table.num_rows, pa.string()))
+    tracked = pc.is_valid(table.column("__msgid")).to_pylist()
+    roots = [emit_root_id(spout_task, seq, i) if t else None for i, t in enumerate(tracked)]
+    table = table.append_column(ROOT_COLUMN, pa.array(roots, pa.int64()))
+    return table.append_column(PLANNED_COLUMN, pa.array([planned] * table.num_rows,
+                                                        pa.int64()))
 
 
 def _ipc(table: pa.Table) -> bytes:
