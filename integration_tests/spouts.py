@@ -222,11 +222,15 @@ def failed(state_dir: Path) -> list[int]:
 
 class FailFirst(BaseRichBolt):
     """Fails the first attempt of each number divisible by ``every`` (a marker file per
-    number under ``<state_dir>/seen``, so every process agrees); passes the rest on."""
+    number under ``<state_dir>/seen``, so every process agrees); passes the rest on.
 
-    def __init__(self, state_dir: str, every: int) -> None:
+    ``hold``: neither acks nor fails those first attempts instead (their trees time out).
+    """
+
+    def __init__(self, state_dir: str, every: int, hold: bool = False) -> None:
         self.state_dir = state_dir
         self.every = every
+        self.hold = hold
 
     def declare_output_fields(self, declarer: Any) -> None:
         declarer.declare(Fields("n", "key"))
@@ -241,7 +245,8 @@ class FailFirst(BaseRichBolt):
         if n % self.every == 0:
             try:
                 os.close(os.open(self.seen / str(n), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
-                self.collector.fail(t)
+                if not self.hold:
+                    self.collector.fail(t)
                 return
             except FileExistsError:
                 pass

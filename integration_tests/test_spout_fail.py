@@ -47,6 +47,25 @@ def test_failed_tuples_reach_the_spouts_fail_and_are_re_emitted(spark, tmp_path:
     assert (notices / "delivered").exists()
 
 
+def test_trees_that_time_out_reach_fail_and_available_now_waits_for_them(
+        spark, tmp_path: Path) -> None:
+    n = 30
+    b = TopologyBuilder()
+    b.set_spout("numbers", ReliableNumbers(n, str(tmp_path), per_call=5))
+    b.set_bolt("work", FailFirst(str(tmp_path), 11, hold=True)).shuffle_grouping("numbers")
+    b.set_bolt("out", CaptureSink()).shuffle_grouping("work")
+    conf = {"kstorm.checkpoint.dir": str(tmp_path / "cp"), "kstorm.spark.master": "local[2]",
+            "kstorm.shuffle.partitions": 2, "topology.guarantee": "at-least-once",
+            "topology.message.timeout.secs": 3}
+    started = time.monotonic()
+    result = run_to_completion(b.create_topology(), conf, timeout=300)
+    assert sorted(failed(tmp_path)) == [0, 11, 22]  # held, timed out, failed to the spout
+    assert Counter(v[0] for v in result.sinks["out"].values) == Counter(range(n))
+    assert Counter(acked(tmp_path)) == Counter(range(n))
+    assert result.progress["components"]["numbers"].get("timed_out") == 3
+    assert time.monotonic() - started >= 3  # the run waited for the time-out
+
+
 N_KILL = 2_000
 START_TIMEOUT = 180.0
 

@@ -242,6 +242,12 @@ class SpoutExecutor:
             log.exception("spout %r: %s(%r) raised (notice of batch %s); going on",
                           self.spout_id, method, msg_id, batch_id)
 
+    def wait_ms(self) -> int | None:
+        """Tracked: milliseconds until a pending tree times out (None: nothing pending)."""
+        if self.notices is None or self._next_timeout is None:
+            return None
+        return max(0, self._next_timeout - self._wall_ms())
+
     def _tick_due(self) -> bool:
         return (self.notices is not None and self._next_timeout is not None
                 and self._wall_ms() >= self._next_timeout)

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import base64
 import logging
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -56,6 +57,7 @@ from kstorm.spout import BaseRichSpout
 from kstorm.tuple import Fields
 
 FORMAT = "kstorm_spout"
+MAX_IDLE_WAIT_S = 1.0  # available-now: re-check pending trees (and the spout) this often
 SPEC_OPTION = "kstorm.spout"
 ROW_DDL = "__stream string, __vals binary"
 log = logging.getLogger("kstorm.spout")
@@ -102,9 +104,10 @@ class SpoutStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, spec: str) -> None:
         self.spec: SpoutSourceSpec = cloudpickle.loads(base64.b64decode(spec))
         self._executor: SpoutExecutor | None = None
+        self._available_now = False
 
     def __getstate__(self) -> dict[str, Any]:  # executors get the spec, never the instance
-        return {"spec": self.spec, "_executor": None}
+        return {"spec": self.spec, "_executor": None, "_available_now": False}
 
     # -- driver (the streaming source runner process) --------------------------------------
 
@@ -128,15 +131,27 @@ class SpoutStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadMaxRows(self.spec.bounds.max_tuples)
 
     def prepareForTriggerAvailableNow(self) -> None:
-        """Available-now: the run ends at the first batch the idle spout leaves empty."""
+        """Available-now: the run ends at the first batch the idle spout leaves empty.
+
+        At least once, also only once no tree is pending (``latestOffset`` waits for their
+        time-outs).
+        """
+        self._available_now = True
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         """Ack what committed, then log the next batch (see the module docstring)."""
         seq = int(start["seq"])
         executor = self._spout()
-        end = executor.next_batch(seq)
-        if end == seq:
-            return start
+        while True:
+            end = executor.next_batch(seq)
+            if end != seq:
+                break
+            # tracked, available-now: nothing may be left pending when the run ends, so wait
+            # for the oldest pending tree's time-out (next_batch then ticks)
+            wait = executor.wait_ms()
+            if not self._available_now or wait is None:
+                return start
+            time.sleep(min(wait / 1000, MAX_IDLE_WAIT_S) + 0.001)
         if self.spec.spout_task is None or executor.planned_ms is None:
             return {"seq": end}
         return {"seq": end, **marks(executor.planned_ms, [])}

@@ -165,6 +165,8 @@ def run_acker_batch(payloads: Iterable[dict[str, Any]], store: AckerStore, *,
                 and event.spout_task not in report_acks):
             result.acked[event.spout_task] += 1
         else:
+            if event.outcome is Outcome.ACKED and msg is not None and isinstance(msg[3], str):
+                msg = (*msg[:2], b"", msg[3])  # a free-form emit's values: only a fail needs them
             result.events.append(TreeEvent(event.outcome, root, event.spout_task, msg))
     return result
 

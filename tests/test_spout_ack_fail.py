@@ -311,6 +311,7 @@ def test_an_idle_spout_ticks_once_a_pending_tree_times_out(tmp_path: Path) -> No
     NoticeBook(tmp_path / "notices").write(0, [], 30_000)
     now[0] = 29_999
     assert ex.next_batch(1) == 1
+    assert ex.wait_ms() == 1  # what an available-now source sleeps before it ticks
     now[0] = 30_000
     assert ex.next_batch(1) == 2 and list(ex.spout_log.tuples(1)) == []  # an empty batch
     NoticeBook(tmp_path / "notices").write(1, [notice(FAIL, 1, outcome=Outcome.TIMED_OUT)],
@@ -318,6 +319,7 @@ def test_an_idle_spout_ticks_once_a_pending_tree_times_out(tmp_path: Path) -> No
     assert ex.next_batch(2) == 3 and spout.fails == [("id", 1)]
     now[0] = 90_000
     assert ex.next_batch(3) == 3  # nothing pending: no more ticks
+    assert ex.wait_ms() is None
 
 
 def test_untracked_executor_still_acks_per_committed_batch(tmp_path: Path) -> None:
@@ -399,3 +401,81 @@ def test_driver_without_ackers_acks_per_batch_and_never_fails(guarantee: str,
         got = sorted(v[0] for v in driver.output("out"))
         assert got == (list(range(9)) if guarantee == "exactly-once"
                        else [1, 2, 4, 5, 7, 8])
+
+
+# -- the driver's commit phase and the Spark source's rows ---------------------------------------
+
+
+def test_commit_phase_writes_each_batchs_notices_and_a_replay_writes_the_same(
+        tmp_path: Path) -> None:
+    from kstorm._runtime.batch import BatchOffsets
+    from kstorm._runtime.checkpoint import CheckpointLayout
+    from kstorm._runtime.reliability import SpoutReliability
+    from kstorm.acking.replay import marks
+
+    topo = topology(PendingSpout(3), FailFirst())
+    plan = acking_plan(topo, compile_plan(topo), n_ackers=1, timeout_ms=1_000)
+    assert plan is not None
+    layout = CheckpointLayout(tmp_path)
+    driver = SpoutReliability(topo, plan, layout)
+    roots = [emit_root_id(0, 0, i) for i in range(3)]
+
+    def events(*items: Any, pending: Any = ()) -> list[tuple[int, bytes]]:
+        return [(0, pickle.dumps({"events": list(items), "pending": list(pending),
+                                  "acked": {}, "entries": 0, "expired": 0}))]
+
+    offsets = BatchOffsets.parse(0, 0, {"numbers": {"seq": 1, **marks(500, [])}},
+                                 kafka_spouts=set())
+    first = events(("acked", roots[0], 0, tuple(msg(0))), ("failed", roots[1], 0, tuple(msg(1))),
+                   pending=[(roots[2], 0, tuple(msg(2)))])
+    out = driver.commit(offsets, first)
+    driver.persist(0, out)
+    book = NoticeBook(layout.notices_dir("numbers"))
+    ((batch, notices, timeout),) = book.unread(0)
+    assert batch == 0 and timeout == 1_500  # the pending tree, emitted at the batch's 500 ms
+    assert [(n.action, n.msg.message_id()) for n in notices] == [(ACK, 0), (FAIL, 1)]
+    assert out.counters["numbers.failed"] == 1 and out.gauges["numbers.pending"] == 1
+    again = driver.commit(offsets, first)  # a replay of batch 0: from the state before it
+    driver.persist(0, again)
+    assert book.unread(0) == [(0, notices, 1_500)]
+    later = BatchOffsets.parse(1, 0, {"numbers": {"seq": 2, **marks(1_600, [])}},
+                               kafka_spouts=set())
+    driver.persist(1, driver.commit(later, events()))
+    assert [(n.outcome, n.msg.message_id()) for n in book.unread(1)[0][1]] == [
+        (Outcome.TIMED_OUT, 2)]
+    assert not (tmp_path / "kstorm" / "acking" / "numbers.book.json").exists()  # Kafka's only
+
+
+def test_source_rows_carry_root_owner_and_planned_time_only_when_tracked(
+        tmp_path: Path) -> None:
+    from kstorm._runtime.envelope import raw_tuples
+    from kstorm._runtime.spout_log import LoggedTuple
+    from kstorm._spark.spout_source import _rows
+    from kstorm.acking.emits import SpoutEmit
+
+    log = SpoutLog(tmp_path / "log")
+    log.write(4, [LoggedTuple("default", [1], ("id", 1), "me"), LoggedTuple("default", [2])])
+    untracked = _rows(log.table(4), 4, None, None)
+    assert untracked.schema.names == ["__stream", "__vals"]
+    table = _rows(log.table(4), 4, 0, 700)
+    topo = topology(PendingSpout(3), FailFirst())
+    got = [t for _, t in raw_tuples(table.to_batches()[0], "numbers", topo, [0, 0])]
+    assert [t.values for t in got] == [[1], [2]]
+    emit = got[0]._ids
+    assert isinstance(emit, SpoutEmit) and got[1]._ids is None
+    assert emit.root == emit_root_id(0, 4, 0) and emit.now_ms == 700
+    assert emit.msg.message_id() == ("id", 1) and emit.msg.owner == "me"
+    assert pickle.loads(emit.msg.values) == [1]
+
+
+def test_acked_events_of_free_form_trees_leave_their_values_behind() -> None:
+    box = AckerOutbox(1)
+    box.init(11, spout_task=0, init_val=5, msg=tuple(msg(1)), now_ms=0)
+    box.init(12, spout_task=0, init_val=6, msg=tuple(msg(2)), now_ms=0)
+    from kstorm.acking.messages import AckerMessage
+
+    box.add(AckerMessage.ack(11, 5))
+    box.add(AckerMessage.fail(12))
+    result = run_acker_batch([box.payloads()[0]], DictStore(), report_acks={0})
+    by_root = {e.root_id: e.msg for e in result.events}
+    assert by_root[11][2] == b"" and pickle.loads(by_root[12][2]) == [2]
