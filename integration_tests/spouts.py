@@ -183,10 +183,18 @@ class ReliableNumbers(NumberSpout):
     ``<pid> <n>`` (``ack`` is recorded by NumberSpout in ``acks``, with the cursor).
     """
 
+    def __init__(self, count: int, state_dir: str, *, per_call: int = 5, keys: int = 7,
+                 resume_emitted: bool = False) -> None:
+        super().__init__(count, state_dir, per_call=per_call, keys=keys)
+        self.resume_emitted = resume_emitted  # resume after the last number emitted (not acked)
+
     def open(self, conf: dict[str, Any], context: Any, collector: Any) -> None:
         super().open(conf, context, collector)
         self.pending: dict[int, list[Any]] = {}
         self.replay: list[int] = []
+        self.emitted_file = Path(self.state_dir) / "emitted"
+        if self.resume_emitted and self.emitted_file.exists():
+            self.next = max(self.next, int(self.emitted_file.read_text()))
 
     def next_tuple(self) -> None:
         if self.replay:
@@ -201,6 +209,8 @@ class ReliableNumbers(NumberSpout):
             self.pending[n] = [n, n % self.keys]
             self.collector.emit(self.pending[n], message_id=n)
             self.next += 1
+        if self.resume_emitted:
+            self.emitted_file.write_text(str(self.next))
 
     def ack(self, msg_id: Any) -> None:
         self.pending.pop(msg_id, None)

@@ -66,6 +66,66 @@ def test_trees_that_time_out_reach_fail_and_available_now_waits_for_them(
     assert time.monotonic() - started >= 3  # the run waited for the time-out
 
 
+@pytest.mark.parametrize("stop", ["committed", "in-commit"])
+def test_a_new_instance_gets_the_acks_and_kstorm_replays_the_fails_of_the_old_one(
+        spark, tmp_path: Path, stop: str) -> None:
+    """Stop the topology while trees of the first spout instance are pending, start it again.
+
+    The spout resumes after the last number it emitted, so only kstorm can bring back the
+    tuples whose trees were pending: they time out after the restart, and, since the
+    instance that emitted them is gone, kstorm re-emits them (their acks, later, go to the
+    new instance). ``fail`` is never called on either instance. ``in-commit``: stopped as
+    soon as the sink has the first batch, usually before Spark recorded its commit: the
+    first batch is then planned again, and the spout's logged batch is what it replays.
+    """
+    from acking_topology import AppendSink
+
+    from kstorm import submit_topology
+
+    n = 40
+    out_file = tmp_path / "out.txt"
+
+    def lines() -> list[int]:
+        return [int(x) for x in out_file.read_text().split()] if out_file.exists() else []
+
+    def cursor() -> int:
+        path = tmp_path / "cursor"
+        return int(path.read_text()) if path.exists() else 0
+
+    def run(until: int, label: str, committed: bool = False) -> None:
+        b = TopologyBuilder()
+        b.set_spout("numbers", ReliableNumbers(n, str(tmp_path), per_call=n,
+                                               resume_emitted=True))
+        b.set_bolt("work", FailFirst(str(tmp_path), 7, hold=True)).shuffle_grouping("numbers")
+        b.set_bolt("out", AppendSink(str(out_file))).shuffle_grouping("work")
+        conf = {"kstorm.checkpoint.dir": str(tmp_path / "cp"), "kstorm.trigger": "continuous",
+                "kstorm.trigger.interval.ms": 100, "kstorm.spark.master": "local[2]",
+                "kstorm.shuffle.partitions": 2, "topology.guarantee": "at-least-once",
+                "topology.message.timeout.secs": 5}
+        handle = submit_topology(f"orphans-{label}", conf, b.create_topology())
+        try:
+            deadline = time.monotonic() + 180
+            while len(lines()) < until or (committed and not (
+                    tmp_path / "cp" / "commits" / "0").exists()) or (
+                    until == n and cursor() != n):  # the second run: until all are acked
+                assert handle.is_active, f"{label} stopped"
+                assert time.monotonic() < deadline, f"{label}: {sorted(lines())}"
+                time.sleep(0.05)
+        finally:
+            handle.stop()
+
+    held = [m for m in range(n) if m % 7 == 0]
+    run(n - len(held), "first", stop == "committed")  # the rest is out: 6 trees pending
+    assert sorted(lines()) == [m for m in range(n) if m % 7]
+    assert not (tmp_path / "fails").exists()
+    run(n, "second")
+    assert set(lines()) == set(range(n))  # (in-commit: the replay appends its batch again)
+    assert not (tmp_path / "fails").exists()  # neither instance was asked to re-emit them
+    assert sorted(set(acked(tmp_path))) == list(range(n))
+    opens = (tmp_path / "opens").read_text().splitlines()
+    assert len(opens) == 2  # one instance per run
+
+
 N_KILL = 2_000
 START_TIMEOUT = 180.0
 

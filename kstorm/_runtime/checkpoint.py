@@ -81,9 +81,14 @@ class CheckpointLayout:
         """A transactional spout's partition metadata after its last committed batch."""
         return self.root / "txmeta" / f"{spout}.json"
 
+    @property
+    def spout_logs_dir(self) -> Path:
+        """The free-form spouts' batch logs."""
+        return self.root / "spouts"
+
     def spout_log_dir(self, spout: str) -> Path:
         """A free-form spout's batch log."""
-        return self.root / "spouts" / spout
+        return self.spout_logs_dir / spout
 
     # -- txid base -------------------------------------------------------------------------
 
