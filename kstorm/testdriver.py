@@ -453,7 +453,8 @@ class TopologyTestDriver:
             copy.deepcopy(spec.component), spout, {**self.conf, **spec.conf}, context,
             SpoutLog(f"{self._scratch}/spouts/{spout}", spout), bounds,
             ack_on_emit=settings.acks_on_emit, notices=notices, sleep=lambda _s: None,
-            wall_ms=lambda: self.now_ms)
+            wall_ms=lambda: self.now_ms,
+            max_pending=settings.max_spout_pending if notices is not None else None)
         return found
 
     def _poll_batch(self) -> bool:
@@ -632,7 +633,8 @@ class TopologyTestDriver:
         if self._polling:  # as the commit phase: the notices for the spouts' processes
             for spout, notices in done.notices.items():
                 self._runner(spout).notices.write(  # type: ignore[union-attr]
-                    txid, notices, self._emits[spout].next_timeout_at())
+                    txid, notices, self._emits[spout].next_timeout_at(),
+                    self._emits[spout].pending_count)
 
     def _attempt(self, batch_id: int, attempt: TransactionAttempt,
                  tuples: dict[str, list[Tuple]], retries: dict[str, list[tuple]]) -> _Attempt:

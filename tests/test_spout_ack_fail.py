@@ -215,6 +215,7 @@ class Ids(BaseRichSpout):
         self.acks: list[Any] = []
         self.fails: list[Any] = []
         self.replay = True
+        self.one_per_call = False
 
     def declare_output_fields(self, declarer: Any) -> None:
         declarer.declare(Fields("n"))
@@ -226,6 +227,8 @@ class Ids(BaseRichSpout):
         while self.queue:
             n = self.queue.pop(0)
             self.collector.emit([n], message_id=None if n is None else ("id", n))
+            if self.one_per_call:
+                return
 
     def ack(self, msg_id: Any) -> None:
         self.acks.append(msg_id)
@@ -479,3 +482,34 @@ def test_acked_events_of_free_form_trees_leave_their_values_behind() -> None:
     result = run_acker_batch([box.payloads()[0]], DictStore(), report_acks={0})
     by_root = {e.root_id: e.msg for e in result.events}
     assert by_root[11][2] == b"" and pickle.loads(by_root[12][2]) == [2]
+
+
+def test_max_spout_pending_bounds_new_tuples_by_the_trees_still_pending(tmp_path: Path) -> None:
+    spout = Ids()
+    ex = SpoutExecutor(spout, "ids", {}, TopologyContext("t", "ids", output_streams=STREAMS),
+                       SpoutLog(tmp_path / "log"), BatchBounds(idle_calls=1),
+                       notices=NoticeBook(tmp_path / "notices"), sleep=lambda s: None,
+                       wall_ms=lambda: 0, instance="one", max_pending=3)
+    spout.one_per_call = True  # (a call that emits several may pass the bound, as in Storm)
+    spout.queue = [1, 2]
+    assert ex.next_batch(0) == 1
+    NoticeBook(tmp_path / "notices").write(0, [], 30_000, pending=2)  # both still pending
+    spout.queue = [3, 4, 5]
+    assert ex.next_batch(1) == 2
+    assert [t.values for t in ex.spout_log.tuples(1)] == [[3]]  # room for one more
+    NoticeBook(tmp_path / "notices").write(1, [], 30_000, pending=3)
+    calls_before = list(spout.queue)
+    assert ex.next_batch(2) == 2 and spout.queue == calls_before  # full: next_tuple not called
+    NoticeBook(tmp_path / "notices").write(2, [notice(ACK, 1), notice(ACK, 2)], 30_000,
+                                           pending=1)
+    assert ex.next_batch(2) == 3
+    assert [t.values for t in ex.spout_log.tuples(2)] == [[4], [5]]
+
+
+def test_driver_applies_max_spout_pending_to_free_form_spouts() -> None:
+    spout = PendingSpout(12, per_call=6)
+    conf = {**AT_LEAST_ONCE, "topology.max.spout.pending": 4}
+    with TopologyTestDriver(topology(spout, FailFirst(5)), conf) as driver:
+        driver.run()
+        assert sorted(v[0] for v in driver.output("out")) == list(range(12))
+        assert sorted(driver._runners["numbers"].spout.fails) == [0, 5, 10]

@@ -202,7 +202,8 @@ class SpoutReliability:
         self.layout.write(self.dir / f"{batch_id}{TRACKERS}", pickle.dumps(snapshot))
         for spout_id, emitted in out.emits.items():
             NoticeBook(self.layout.notices_dir(spout_id)).write(
-                batch_id, out.notices.get(spout_id, []), emitted.next_timeout_at())
+                batch_id, out.notices.get(spout_id, []), emitted.next_timeout_at(),
+                emitted.pending_count)
         for spout_id, tracker in out.trackers.items():
             self.layout.write(self.layout.book_path(spout_id),
                               book_of(batch_id, tracker, out.ends[spout_id]).to_json().encode())

@@ -131,7 +131,7 @@ class SpoutExecutor:
                  clock: Callable[[], float] = time.monotonic,
                  sleep: Callable[[float], None] = time.sleep,
                  wall_ms: Callable[[], int] = lambda: int(time.time() * 1000),
-                 instance: str | None = None) -> None:
+                 instance: str | None = None, max_pending: int | None = None) -> None:
         self.spout = spout
         self.spout_id = spout_id
         self.conf = conf
@@ -149,6 +149,8 @@ class SpoutExecutor:
         self._opened = False
         self._delivered = -1          # tracked: the first batch whose notices are not delivered
         self._next_timeout: int | None = None
+        self._pending = 0             # tracked: trees pending after the last committed batch
+        self.max_pending = max_pending  # tracked: topology.max.spout.pending
         self.failures = 0  # next_tuple calls that raised in a row
         self.acked = 0     # acks delivered by this instance (testing, progress)
         self.failed = 0    # fails delivered to this instance
@@ -169,8 +171,11 @@ class SpoutExecutor:
         else:
             # Step 4a: tracked, the trees that ended: ack / fail (or re-emit an orphan).
             reemits = self._deliver() if self.notices is not None else []
-            # Step 4b: next_tuple until the batch is full.
-            tuples = reemits + self._fill()
+            # Step 4b: next_tuple until the batch is full (tracked: or until
+            # topology.max.spout.pending tuples are pending, counting this batch's).
+            room = (None if self.max_pending is None or self.notices is None
+                    else self.max_pending - self._pending - len(reemits))
+            tuples = reemits + (self._fill(room) if room is None or room > 0 else [])
             # Step 4c: tracked, nothing to emit but a tree's time-out has passed: tick.
             if not tuples and not self._tick_due():
                 return seq
@@ -211,9 +216,10 @@ class SpoutExecutor:
         assert self.notices is not None
         if self._delivered < 0:  # a new instance: from what no instance durably got
             self._delivered = self.notices.delivered()
-            self._next_timeout = self.notices.latest_timeout()
+            self._next_timeout, self._pending = self.notices.latest()
         reemits: list[LoggedTuple] = []
-        for batch_id, notices, next_timeout in self.notices.unread(self._delivered):
+        first = self._delivered
+        for batch_id, notices, next_timeout in self.notices.unread(first):
             for notice in notices:
                 msg = notice.msg
                 msg_id = msg.message_id()
@@ -229,6 +235,8 @@ class SpoutExecutor:
                                                ORPHAN))
             self._delivered = batch_id + 1
             self._next_timeout = next_timeout
+        if self._delivered > first:  # the newest file (the last delivered): what is pending
+            self._next_timeout, self._pending = self.notices.latest()
         if reemits:
             self.reemitted += len(reemits)
             log.info("spout %r: re-emitting %d failed tuple(s) a previous instance emitted",
@@ -264,13 +272,14 @@ class SpoutExecutor:
         self.spout.open(self.conf, self.context, SpoutOutputCollector(self._buffer))
         self._opened = True
 
-    def _fill(self) -> list[LoggedTuple]:
+    def _fill(self, room: int | None = None) -> list[LoggedTuple]:
         bounds = self.bounds
         buffer = self._buffer
         buffer.take()
         deadline = self._clock() + bounds.max_ms / 1000
         idle = 0
-        while len(buffer.tuples) < bounds.max_tuples and self._clock() < deadline:
+        most = bounds.max_tuples if room is None else min(bounds.max_tuples, room)
+        while len(buffer.tuples) < most and self._clock() < deadline:
             before = len(buffer.tuples)
             try:
                 self.spout.next_tuple()

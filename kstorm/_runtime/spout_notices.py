@@ -42,11 +42,14 @@ class NoticeBook:
     def __init__(self, directory: Path | str) -> None:
         self.directory = Path(directory)
 
-    def write(self, batch_id: int, notices: Sequence[Notice], next_timeout_ms: int | None
-              ) -> None:
-        """The driver, after batch ``batch_id`` committed: its notices (atomic, idempotent)."""
+    def write(self, batch_id: int, notices: Sequence[Notice], next_timeout_ms: int | None,
+              pending: int = 0) -> None:
+        """The driver, after batch ``batch_id`` committed: its notices (atomic, idempotent).
+
+        ``pending``: the trees still pending after it (``topology.max.spout.pending``).
+        """
         data = {"notices": [(n.action, n.outcome.value, tuple(n.msg)) for n in notices],
-                "next_timeout_ms": next_timeout_ms}
+                "next_timeout_ms": next_timeout_ms, "pending": pending}
         CheckpointLayout.write(self.directory / f"{batch_id}{SUFFIX}",
                                pickle.dumps(data, protocol=5))
 
@@ -56,20 +59,27 @@ class NoticeBook:
         for batch_id in CheckpointLayout.versions(self.directory, SUFFIX):
             if batch_id < first:
                 continue
-            notices, timeout = self._read(batch_id)
+            notices, timeout, _ = self._read(batch_id)
             out.append((batch_id, notices, timeout))
         return out
 
+    def latest(self) -> tuple[int | None, int]:
+        """The newest file's next time-out and pending trees (``(None, 0)``: no file)."""
+        versions = CheckpointLayout.versions(self.directory, SUFFIX)
+        if not versions:
+            return None, 0
+        _, timeout, pending = self._read(versions[-1])
+        return timeout, pending
+
     def latest_timeout(self) -> int | None:
         """The next time-out the newest file names (None: no file, or nothing pending)."""
-        versions = CheckpointLayout.versions(self.directory, SUFFIX)
-        return self._read(versions[-1])[1] if versions else None
+        return self.latest()[0]
 
-    def _read(self, batch_id: int) -> tuple[list[Notice], int | None]:
+    def _read(self, batch_id: int) -> tuple[list[Notice], int | None, int]:
         data = pickle.loads((self.directory / f"{batch_id}{SUFFIX}").read_bytes())
         notices = [Notice(action, Outcome(outcome), EmitMsg(*msg))
                    for action, outcome, msg in data["notices"]]
-        return notices, data["next_timeout_ms"]
+        return notices, data["next_timeout_ms"], int(data.get("pending", 0))
 
     def delivered(self) -> int:
         """The first batch whose notices were not durably delivered (0 for a new book)."""

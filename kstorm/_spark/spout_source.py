@@ -79,6 +79,7 @@ class SpoutSourceSpec:
     fused: Any = None  # the spout's source stage (StageRunner), run inside read()
     spout_task: int | None = None  # tracked (at least once): its spout task for the ackers
     notices_dir: str | None = None  # ... and where the commit phase leaves its notices
+    max_pending: int | None = None  # ... and topology.max.spout.pending
 
 
 class SpoutDataSource(DataSource):
@@ -119,7 +120,8 @@ class SpoutStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             notices = NoticeBook(spec.notices_dir) if spec.notices_dir is not None else None
             self._executor = SpoutExecutor(spec.spout, spec.spout_id, dict(spec.conf), context,
                                            SpoutLog(spec.log_dir, spec.spout_id), spec.bounds,
-                                           ack_on_emit=spec.ack_on_emit, notices=notices)
+                                           ack_on_emit=spec.ack_on_emit, notices=notices,
+                                           max_pending=spec.max_pending)
         return self._executor
 
     def initialOffset(self) -> dict:
