@@ -1,6 +1,7 @@
 """The conformance topologies: each runs on Spark and on ``TopologyTestDriver``, same outputs.
 
-Every topology reads ``ListSpout``s (so both runtimes see the same batches) and ends in
+Every topology reads ``ListSpout``s (so both runtimes see the same batches; but
+``free_form_failures``, whose spout's ``next_tuple`` both runtimes call) and ends in
 ``CaptureSink``s; :data:`TOPOLOGIES` maps a name to ``build(directory) -> (topology, conf)``
 (``directory``: a scratch directory of the run, for bolts that fail once). Bolts that show
 their ``task_index`` make the comparison cover task placement too.
@@ -341,10 +342,25 @@ def acking_failures(directory: str) -> Built:
     return b.create_topology(), {"topology.guarantee": "at-least-once"}
 
 
+def free_form_failures(directory: str) -> Built:
+    """At least once, a free-form spout (``next_tuple``, as ``run()`` polls it on both
+    runtimes) whose tuples a bolt fails on their first attempt: the spout's ``fail`` runs and
+    it re-emits them."""
+    from spouts import FailFirst, ReliableNumbers
+
+    b = TopologyBuilder()
+    b.set_spout("numbers", ReliableNumbers(40, directory, per_call=4))
+    b.set_bolt("work", FailFirst(directory, 5), 2).fields_grouping("numbers", Fields("key"))
+    b.set_bolt("out", CaptureSink()).shuffle_grouping("work")
+    return b.create_topology(), {"topology.guarantee": "at-least-once",
+                                 "kstorm.spout.max.batch.tuples": 12}
+
+
 TOPOLOGIES: dict[str, Callable[[str], Built]] = {
     f.__name__: f for f in (word_count, task_placement, streams, dead_letters, count_windows,
                             event_time_windows, aggregate, stateful_windows, retried_batch,
-                            given_up_batch, batch_and_committer, acking_failures)
+                            given_up_batch, batch_and_committer, acking_failures,
+                            free_form_failures)
 }
 
 

@@ -173,3 +173,92 @@ class Explode(BaseRichBolt):
             raise ValueError(f"cannot take {self.bad}")
         self.collector.emit([t.values[0]], anchors=t)
         self.collector.ack(t)
+
+
+class ReliableNumbers(NumberSpout):
+    """A NumberSpout that tracks its tuples as Storm's reliable spouts do (seed 001).
+
+    It keeps ``msg id -> values`` of every tuple in flight, re-emits a tuple when ``fail``
+    names it (before new numbers), and appends each ``fail`` to ``<state_dir>/fails`` as
+    ``<pid> <n>`` (``ack`` is recorded by NumberSpout in ``acks``, with the cursor).
+    """
+
+    def __init__(self, count: int, state_dir: str, *, per_call: int = 5, keys: int = 7,
+                 resume_emitted: bool = False) -> None:
+        super().__init__(count, state_dir, per_call=per_call, keys=keys)
+        self.resume_emitted = resume_emitted  # resume after the last number emitted (not acked)
+
+    def open(self, conf: dict[str, Any], context: Any, collector: Any) -> None:
+        super().open(conf, context, collector)
+        self.pending: dict[int, list[Any]] = {}
+        self.replay: list[int] = []
+        self.emitted_file = Path(self.state_dir) / "emitted"
+        if self.resume_emitted and self.emitted_file.exists():
+            self.next = max(self.next, int(self.emitted_file.read_text()))
+
+    def next_tuple(self) -> None:
+        if self.replay:
+            for _ in range(min(self.per_call, len(self.replay))):
+                n = self.replay.pop(0)
+                self.collector.emit(self.pending[n], message_id=n)
+            return
+        for _ in range(self.per_call):
+            if self.next >= self.count:
+                return
+            n = self.next
+            self.pending[n] = [n, n % self.keys]
+            self.collector.emit(self.pending[n], message_id=n)
+            self.next += 1
+        if self.resume_emitted:
+            self.emitted_file.write_text(str(self.next))
+
+    def ack(self, msg_id: Any) -> None:
+        self.pending.pop(msg_id, None)
+        super().ack(msg_id)
+
+    def fail(self, msg_id: Any) -> None:
+        with open(Path(self.state_dir) / "fails", "a") as f:
+            f.write(f"{os.getpid()} {msg_id}\n")
+        if msg_id in self.pending:
+            self.replay.append(msg_id)
+
+
+def failed(state_dir: Path) -> list[int]:
+    """Every message id the spout's ``fail`` received, in order (repeats kept)."""
+    path = state_dir / "fails"
+    return [int(line.split()[1]) for line in path.read_text().splitlines()] \
+        if path.exists() else []
+
+
+class FailFirst(BaseRichBolt):
+    """Fails the first attempt of each number divisible by ``every`` (a marker file per
+    number under ``<state_dir>/seen``, so every process agrees); passes the rest on.
+
+    ``hold``: neither acks nor fails those first attempts instead (their trees time out).
+    """
+
+    def __init__(self, state_dir: str, every: int, hold: bool = False) -> None:
+        self.state_dir = state_dir
+        self.every = every
+        self.hold = hold
+
+    def declare_output_fields(self, declarer: Any) -> None:
+        declarer.declare(Fields("n", "key"))
+
+    def prepare(self, conf: dict[str, Any], context: Any, collector: Any) -> None:
+        self.collector = collector
+        self.seen = Path(self.state_dir) / "seen"
+        self.seen.mkdir(exist_ok=True)
+
+    def execute(self, t: Any) -> None:
+        n = t.values[0]
+        if n % self.every == 0:
+            try:
+                os.close(os.open(self.seen / str(n), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+                if not self.hold:
+                    self.collector.fail(t)
+                return
+            except FileExistsError:
+                pass
+        self.collector.emit(list(t.values), anchors=t)
+        self.collector.ack(t)

@@ -45,6 +45,11 @@ def test_the_driver_and_spark_give_the_same_outputs(spark: Any, tmp_path: Path,
     assert dead_letter_view(letters) == dead_letter_view(result.dead_letters)
     assert any(on_spark.values()), "the topology produced nothing to compare"
     assert took_ms < 5_000  # milliseconds per topology in practice (the closing note)
+    if name == "free_form_failures":  # the spout's fail ran for the same ids on both
+        from spouts import failed
+
+        assert sorted(failed(tmp_path / "driver")) == sorted(failed(tmp_path / "spark"))
+        assert failed(tmp_path / "driver")
 
 
 def test_at_least_once_over_kafka_the_driver_replays_as_spark_does(

@@ -29,9 +29,12 @@ class BaseRichSpout(Component):
     bounds) and writes each batch to a log under the checkpoint before Spark runs it, so a
     replayed batch is the same batch. ``ack(msg_id)`` comes once the batch holding the tuple
     committed (at most once: once it is logged); persist your position there and resume from
-    it in ``open``. ``fail`` is not called: a failed batch is replayed from the log. See the
-    README's "Writing a spout". :class:`kstorm.KafkaSpout` and
-    :class:`kstorm.testing.ListSpout` are replayable by themselves and run without a log.
+    it in ``open``. Exactly once ``fail`` is not called: a failed batch is replayed from the
+    log. At least once (with ackers) each tuple with a message id is tracked: ``ack`` when
+    its tree completes, ``fail`` when a bolt fails it or it times out, before the next
+    ``next_tuple``, which may re-emit it. See the README's "Writing a spout".
+    :class:`kstorm.KafkaSpout` and :class:`kstorm.testing.ListSpout` are replayable by
+    themselves and run without a log.
 
     Example:
         >>> class Numbers(BaseRichSpout):

@@ -32,9 +32,16 @@ acker task) and the spout side is the runtime's own (:func:`~kstorm._runtime.rel
 spout_batch`, :class:`~kstorm.acking.spout_tracker.SpoutTracker`): failed and timed-out
 tuples are replayed in a later batch per the spout's ``RetryPolicy``, then dead-lettered.
 
-What the driver does not do: it never calls a spout's ``next_tuple`` or a transactional
-spout's coordinator: you pipe the spout's tuples (a free-form spout's are untracked, as on
-Spark). Time is the driver's clock (:meth:`advance_time`), the batch's processing time.
+Free-form spouts (``next_tuple``): :meth:`TopologyTestDriver.run` runs them as Spark does,
+through the runtime's :class:`~kstorm._runtime.spout_executor.SpoutExecutor` (its batch log
+and notices in a temporary directory), batch after batch until they emit nothing and no tree
+is pending. At least once their tuples with a message id are tracked as on Spark
+(:func:`~kstorm.acking.emits.emits_batch`): the spout's ``ack``/``fail`` run before its next
+``next_tuple``, and it re-emits what it wants to. Tuples piped by hand into a free-form
+spout (:meth:`TopologyTestDriver.pipe`) are untracked.
+
+What the driver does not do: it never calls a transactional spout's coordinator: you pipe
+its tuples. Time is the driver's clock (:meth:`advance_time`), the batch's processing time.
 
 Example:
     >>> driver = TopologyTestDriver(builder.create_topology())  # doctest: +SKIP
@@ -47,6 +54,8 @@ from __future__ import annotations
 
 import copy
 import pickle
+import shutil
+import tempfile
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -82,12 +91,18 @@ from kstorm._runtime.plan import (
 )
 from kstorm._runtime.reliability import BatchOutcome, apply_decisions, spout_batch
 from kstorm._runtime.sparkhash import spark_task
+from kstorm._runtime.spout_executor import BatchBounds, SpoutExecutor
+from kstorm._runtime.spout_log import SpoutLog
+from kstorm._runtime.spout_notices import NoticeBook
 from kstorm._runtime.transaction import Transactions
 from kstorm.acking.acker import DictStore, run_acker_batch, stale_roots
+from kstorm.acking.emits import EmitMsg, EmitTracker, Notice, SpoutEmit, emits_batch
+from kstorm.acking.ids import emit_root_id
 from kstorm.acking.offsets import KafkaMessageId
 from kstorm.acking.retry import RetryPolicy
 from kstorm.acking.spout_tracker import SpoutTracker
 from kstorm.bolt import BaseStatefulBolt
+from kstorm.component import TopologyContext
 from kstorm.config import Guarantee, TopologyConfig
 from kstorm.errors import KstormError, TopologyError
 from kstorm.grouping import GroupingKind
@@ -142,6 +157,7 @@ class _Attempt:
     counters: Counter[str] = field(default_factory=Counter)
     states: list[tuple[Any, Any]] = field(default_factory=list)  # (bolt, state) prepared
     acker: dict[int, list[Any]] = field(default_factory=lambda: defaultdict(list))
+    notices: dict[str, list[Notice]] = field(default_factory=dict)  # free-form spouts
 
 
 class TopologyTestDriver:
@@ -189,11 +205,19 @@ class TopologyTestDriver:
         self._trackers: dict[str, SpoutTracker] = {}
         self._spouts: dict[str, Any] = {}
         self._records: dict[str, dict[KafkaMessageId, list[Any]]] = {}
+        self._emits: dict[str, EmitTracker] = {}  # tracked free-form spouts' pending trees
+        self._runners: dict[str, SpoutExecutor] = {}  # free-form spouts, once run() polls
+        self._seqs: Counter[str] = Counter()
+        self._scratch: str | None = None  # their logs and notices
+        self._polling = False
         if self._acking is not None:
             check_window_timeouts(topology, self._acking)
             self._ackers = {i: DictStore() for i in range(self._acking.n_ackers)}
             for spout in self._acking.spout_tasks:
                 declared = topology.components[spout].component
+                if source_kind(declared) == "next_tuple":
+                    self._emits[spout] = EmitTracker(timeout_ms=self._acking.timeout_ms)
+                    continue
                 self._trackers[spout] = SpoutTracker(
                     timeout_ms=self._acking.timeout_ms, retry=declared.retry or RetryPolicy())
                 self._spouts[spout] = copy.deepcopy(declared)
@@ -231,12 +255,22 @@ class TopologyTestDriver:
                         component.ack(t.message_id)
         self._batch(tuples)
 
-    def run(self) -> None:
-        """Run every batch of the topology's ``ListSpout``s (batch ``b`` of each together)."""
+    def run(self, max_batches: int = 10_000) -> None:
+        """Run the topology's spouts to completion.
+
+        Every batch of its ``ListSpout``s (batch ``b`` of each together), then its free-form
+        spouts' batches (``next_tuple``, as on Spark) until they emit nothing, then
+        :meth:`drain`.
+        """
         lists = {s.id: s.component.batches for s in self.topology.spouts()
                  if source_kind(s.component) == "list"}
         for b in range(max((len(v) for v in lists.values()), default=0)):
             self.run_batch({s: batches[b] for s, batches in lists.items() if b < len(batches)})
+        self._polling = any(source_kind(s.component) == "next_tuple"
+                            for s in self.topology.spouts())
+        for _ in range(max_batches if self._polling else 0):
+            if not self._poll_batch():
+                break
         self.drain()
 
     def drain(self, max_batches: int = 1_000) -> None:
@@ -249,10 +283,14 @@ class TopologyTestDriver:
             times = [t for tracker in self._trackers.values()
                      for t in (tracker.next_retry_at(), tracker.next_timeout_at())
                      if t is not None]
+            times += [t for e in self._emits.values() if (t := e.next_timeout_at()) is not None]
             if not times:
                 return
             self.now_ms = max(self.now_ms, min(times))
-            self.run_batch()
+            if not self._polling or not self._poll_batch():
+                self.run_batch()
+            while self._polling and self._poll_batch():
+                pass  # what the spouts re-emit after the fails and time-outs
         msg = (f"spout tuples still pending or failing after {max_batches} batches: "
                f"{ {s: t.pending_count + t.waiting_count for s, t in self._trackers.items()} }")
         raise TopologyError(msg)
@@ -312,10 +350,14 @@ class TopologyTestDriver:
         return None if found is None else found[0]
 
     def close(self) -> None:
-        """``cleanup()`` every bolt instance; forget the state."""
+        """``cleanup()`` every bolt instance, ``close()`` every spout run; forget the state."""
         if self._closed:
             return
         self._closed = True
+        for runner in self._runners.values():
+            runner.close()
+        if self._scratch is not None:
+            shutil.rmtree(self._scratch, ignore_errors=True)
         for instances in self._instances.values():
             for bolt, *_ in instances.values():
                 cleanup = getattr(bolt, "cleanup", None)
@@ -399,6 +441,64 @@ class TopologyTestDriver:
         if "kafka_timestamp" not in row:
             values[at["kafka_timestamp"]] = self.now_ms
 
+    # -- free-form spouts ------------------------------------------------------------------
+
+    def _runner(self, spout: str) -> SpoutExecutor:
+        """The spout's executor, as Spark's source process holds it (created on first use)."""
+        found = self._runners.get(spout)
+        if found is not None:
+            return found
+        if self._scratch is None:
+            self._scratch = tempfile.mkdtemp(prefix="kstorm-testdriver-")
+        spec = self.topology.components[spout]
+        settings = self.settings
+        bounds = BatchBounds(settings.spout_max_batch_tuples, settings.spout_max_batch_ms,
+                             settings.spout_idle_calls, settings.spout_max_failures)
+        context = TopologyContext(self.name, spout, 0, 1, -1, dict(spec.streams))
+        notices = (NoticeBook(f"{self._scratch}/notices/{spout}") if spout in self._emits
+                   else None)
+        found = self._runners[spout] = SpoutExecutor(
+            copy.deepcopy(spec.component), spout, {**self.conf, **spec.conf}, context,
+            SpoutLog(f"{self._scratch}/spouts/{spout}", spout), bounds,
+            ack_on_emit=settings.acks_on_emit, notices=notices, sleep=lambda _s: None,
+            wall_ms=lambda: self.now_ms,
+            max_pending=settings.max_spout_pending if notices is not None else None)
+        return found
+
+    def _poll_batch(self) -> bool:
+        """One batch of the free-form spouts' emits; False when none of them had a batch."""
+        self._check_open()
+        tuples: dict[str, list[Tuple]] = {}
+        ends: dict[str, int] = {}
+        for spec in self.topology.spouts():
+            if source_kind(spec.component) != "next_tuple":
+                continue
+            runner, seq = self._runner(spec.id), self._seqs[spec.id]
+            end = runner.next_batch(seq)
+            if end == seq:
+                continue
+            ends[spec.id] = end
+            task = (self._acking.spout_tasks.get(spec.id) if self._acking is not None
+                    else None)
+            tracked = task is not None and spec.id in self._emits
+            out = tuples[spec.id] = []
+            for i, logged in enumerate(runner.spout_log.tuples(seq)):
+                t = Tuple(list(logged.values), spec.streams[logged.stream], spec.id,
+                          logged.stream)
+                if tracked and logged.message_id is not None:
+                    msg = EmitMsg(pickle.dumps(logged.message_id, protocol=5), logged.stream,
+                                  pickle.dumps(list(logged.values), protocol=5), logged.owner)
+                    t._ids = SpoutEmit(emit_root_id(task, seq, i), msg,  # type: ignore[arg-type]
+                                       runner.planned_ms)
+                out.append(t)
+        if not ends:
+            return False
+        self._batch(tuples)
+        for spout, end in ends.items():  # committed: Spark's commit(end) acks (untracked)
+            self._seqs[spout] = end
+            self._runners[spout].ack_through(end)
+        return True
+
     # -- one batch -------------------------------------------------------------------------
 
     def _batch(self, tuples: dict[str, list[Tuple]]) -> None:
@@ -469,6 +569,11 @@ class TopologyTestDriver:
                 store.delete(root)
         out = BatchOutcome()
         for spout, task in self._acking.spout_tasks.items():
+            if spout in self._emits:  # a free-form spout: notices for its own instance
+                done.notices[spout] = emits_batch(spout, self._emits[spout], self.now_ms,
+                                                  pending[task], events[task], out.counters)
+                out.counters[f"{spout}.acked"] += acked[task]
+                continue
             tracker = self._trackers[spout]
             decisions = spout_batch(spout, task, tracker, self.now_ms, retries.get(spout, []),
                                     pending[task], events[task], out.counters)
@@ -482,7 +587,8 @@ class TopologyTestDriver:
         return {"windows": {k: (copy.deepcopy(w.task.snapshot()), dict(w.chunks.data), w.timer)
                             for k, w in self._windows.items()},
                 "aggregates": {k: a.snapshot() for k, a in self._aggregates.items()},
-                "reliability": copy.deepcopy((self._ackers, self._trackers, self._spouts))}
+                "reliability": copy.deepcopy((self._ackers, self._trackers, self._spouts,
+                                              self._emits))}
 
     def _restore(self, saved: dict[str, Any], txid: int) -> None:
         """Undo a failed attempt: windows, aggregates and prepared state as before it."""
@@ -496,7 +602,7 @@ class TopologyTestDriver:
             window.task.restore(copy.deepcopy(snapshot))
         for key, blob in saved["aggregates"].items():
             self._aggregates[key].restore(blob)
-        self._ackers, self._trackers, self._spouts = saved["reliability"]
+        self._ackers, self._trackers, self._spouts, self._emits = saved["reliability"]
         for (component, task), state in self._states.items():
             if state.prepared_txid() is not None:  # seed 000: the hook, then the rollback
                 hook = getattr(self.bolt(component, task), "pre_rollback", None)
@@ -532,6 +638,11 @@ class TopologyTestDriver:
         self._emitted.extend(done.captured)
         self.dead_letters.extend(done.dead_letters)
         self.counters.update(done.counters)
+        if self._polling:  # as the commit phase: the notices for the spouts' processes
+            for spout, notices in done.notices.items():
+                self._runner(spout).notices.write(  # type: ignore[union-attr]
+                    txid, notices, self._emits[spout].next_timeout_at(),
+                    self._emits[spout].pending_count)
 
     def _attempt(self, batch_id: int, attempt: TransactionAttempt,
                  tuples: dict[str, list[Tuple]], retries: dict[str, list[tuple]]) -> _Attempt:

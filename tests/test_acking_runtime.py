@@ -318,7 +318,7 @@ def test_driver_acks_retries_times_out_and_dead_letters(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("spout_kind", ["list", "window-only"])
-def test_only_kafka_spouts_read_by_bolts_are_tracked(spout_kind):
+def test_list_spouts_and_spouts_read_only_by_aggregates_are_not_tracked(spout_kind):
     from kstorm.testing import ListSpout
     from kstorm.windowing import Duration
     from kstorm.windowing.aggregate import Agg, WindowedAggregate

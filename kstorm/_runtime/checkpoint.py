@@ -10,6 +10,8 @@ what the driver and the sources need to replay a batch exactly, next to them::
         pmax/<aggregate>.json         its streams' latest timestamps, for the next batch's plan
         acking/<b>.trackers.pkl       at least once: the spouts' trackers after batch b
         acking/<spout>.book.json      ... and the book the spout's source plans with
+        acking/notices/<spout>/<b>.notices.pkl  a free-form spout's trees that ended (or
+                                      timed out) in batch b, for its process to ack/fail
         spouts/<spout>/<seq>          a free-form spout's logged batches (spout_log.py)
         txmeta/<spout>.json           a transactional spout's partition metadata after its
                                       last committed batch (what replays really emitted)
@@ -71,13 +73,22 @@ class CheckpointLayout:
         """The book tracked spout ``spout``'s source plans its next batch with."""
         return self.acking_dir / f"{spout}.book.json"
 
+    def notices_dir(self, spout: str) -> Path:
+        """A tracked free-form spout's notices (ack/fail to deliver), one file per batch."""
+        return self.acking_dir / "notices" / spout
+
     def txmeta_path(self, spout: str) -> Path:
         """A transactional spout's partition metadata after its last committed batch."""
         return self.root / "txmeta" / f"{spout}.json"
 
+    @property
+    def spout_logs_dir(self) -> Path:
+        """The free-form spouts' batch logs."""
+        return self.root / "spouts"
+
     def spout_log_dir(self, spout: str) -> Path:
         """A free-form spout's batch log."""
-        return self.root / "spouts" / spout
+        return self.spout_logs_dir / spout
 
     # -- txid base -------------------------------------------------------------------------
 

@@ -26,6 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kstorm._ids import ACKER_COMPONENT, DEAD_LETTER_STREAM
+from kstorm.acking.emits import EmitMsg, SpoutEmit
 from kstorm.errors import SerdeError
 from kstorm.tuple import Fields, Tuple
 
@@ -82,7 +83,9 @@ def state_dest(component: str) -> str:
 
 ERROR_COLUMN = "__error"      # "<ErrorType>: <message>" of a record that failed to decode
 RAW_COLUMN = "__raw"          # ... and its original bytes
-MSGID_COLUMN = "__msgid"      # a list spout row's message id
+MSGID_COLUMN = "__msgid"      # a list spout row's message id (a free-form one's: pickled)
+OWNER_COLUMN = "__owner"      # a tracked free-form spout row: the instance that emitted it
+ROOT_COLUMN = "__root"        # ... and its tree's root id (null: emitted without message id)
 CLOCK_COLUMN = "__pmax0"      # the row's stream's latest timestamp before the batch (windows)
 ATTEMPT_COLUMN = "__attempt"  # a tracked spout row: 0 for a first emit, n for the n-th retry
 PLANNED_COLUMN = "__planned"  # a tracked spout row: when its batch was planned (ms)
@@ -225,9 +228,22 @@ def raw_tuples(batch: pa.RecordBatch, spout: str, topology: StormTopology, tasks
     names = batch.schema.names
     if VALS_COLUMN in names:
         streams = topology.components[spout].streams
-        for task, stream, vals in zip(tasks, batch.column(STREAM_COLUMN).to_pylist(),
-                                      batch.column(VALS_COLUMN).to_pylist(), strict=True):
-            yield task, Tuple(pickle.loads(vals), streams[stream], spout, stream)
+        stream_col = batch.column(STREAM_COLUMN).to_pylist()
+        vals_col = batch.column(VALS_COLUMN).to_pylist()
+        if ROOT_COLUMN not in names:
+            for task, stream, vals in zip(tasks, stream_col, vals_col, strict=True):
+                yield task, Tuple(pickle.loads(vals), streams[stream], spout, stream)
+            return
+        # a tracked free-form spout: each row with a message id starts its own tree
+        for task, stream, vals, root, msg_id, owner, planned in zip(
+                tasks, stream_col, vals_col, batch.column(ROOT_COLUMN).to_pylist(),
+                batch.column(MSGID_COLUMN).to_pylist(),
+                batch.column(OWNER_COLUMN).to_pylist(),
+                batch.column(PLANNED_COLUMN).to_pylist(), strict=True):
+            tup = Tuple(pickle.loads(vals), streams[stream], spout, stream)
+            if root is not None:
+                tup._ids = SpoutEmit(root, EmitMsg(msg_id, stream, vals, owner or ""), planned)
+            yield task, tup
         return
     fields = topology.components[spout].streams["default"]
     columns = [batch.column(name).to_pylist() for name in fields]

@@ -40,6 +40,7 @@ from kstorm._runtime.envelope import (
 )
 from kstorm._runtime.plan import COMMIT, DRIVER, AckingPlan, Plan, is_batch_bolt
 from kstorm.acking.anchoring import AnchorTracker, TrackedTuple
+from kstorm.acking.emits import SpoutEmit
 from kstorm.acking.ids import TupleIdGenerator, root_id_for
 from kstorm.acking.messages import MessageId
 from kstorm.acking.outbox import AckerOutbox
@@ -315,6 +316,16 @@ class StageExecutor:
     def _track_input(self, tup: Tuple) -> None:
         """Give an arriving tuple its place in its trees (a spout tuple starts one)."""
         if self._spout_task is not None:
+            if isinstance(tup._ids, SpoutEmit):  # a free-form spout's tracked emit
+                emit = tup._ids
+                tuple_id = self._idgen.next_id()
+                self._outbox.init(emit.root, self._spout_task, tuple_id, tuple(emit.msg),
+                                  emit.now_ms)
+                tup._ids = self._anchors.receive(MessageId({emit.root: tuple_id}))
+                return
+            if tup.message_id is None:  # emitted without a message id: untracked
+                tup._ids = None
+                return
             attempt, now = tup._ids if tup._ids is not None else (0, None)
             topic, part, offset = tup.message_id
             root = root_id_for(self._spout_task, topic, part, offset, attempt)

@@ -18,6 +18,12 @@ records waiting for a retry. For batch ``b``:
    spout's :class:`SpoutBook` (committable offsets = lowest un-acked offset per partition,
    waiting retries, next timeout) for its source to plan the next batch with.
 
+A free-form spout (``next_tuple``) is tracked the same way up to step 3, with an
+:class:`~kstorm.acking.emits.EmitTracker` instead: its tuples are not replayed by kstorm but
+by the spout, so the trees that ended (acked, failed, timed out) become notices, written in
+step 5 under the batch id for the spout's own process to deliver as ``ack``/``fail``
+(``kstorm/_runtime/spout_notices.py``); no retry, no dead letter, no committable offsets.
+
 Times are the batch's planned time, recorded in the offset log, so every decision is the
 same when a batch is replayed.
 """
@@ -34,8 +40,10 @@ from typing import Any
 
 from kstorm._runtime.batch import BatchOffsets
 from kstorm._runtime.checkpoint import CheckpointLayout
-from kstorm._runtime.plan import AckingPlan
+from kstorm._runtime.plan import AckingPlan, source_kind
+from kstorm._runtime.spout_notices import NoticeBook
 from kstorm.acking.decisions import SpoutAction, SpoutDecision
+from kstorm.acking.emits import EmitTracker, Notice, emits_batch
 from kstorm.acking.ids import root_id_for
 from kstorm.acking.messages import Outcome
 from kstorm.acking.offsets import KafkaMessageId
@@ -58,6 +66,8 @@ class BatchOutcome:
     gauges: dict[str, int] = field(default_factory=dict)
     trackers: dict[str, SpoutTracker] = field(default_factory=dict)
     ends: dict[str, dict[tuple[str, int], int]] = field(default_factory=dict)
+    emits: dict[str, EmitTracker] = field(default_factory=dict)  # free-form spouts
+    notices: dict[str, list[Notice]] = field(default_factory=dict)
 
 
 class SpoutReliability:
@@ -71,23 +81,35 @@ class SpoutReliability:
         self._acker_entries: dict[int, int] = {}
         self.spouts: dict[str, Any] = {}
         self.retry: dict[str, RetryPolicy] = {}
+        self.free = {s for s in acking.spout_tasks
+                     if source_kind(topology.components[s].component) == "next_tuple"}
         for spout_id in acking.spout_tasks:
             declared = topology.components[spout_id].component
+            if spout_id in self.free:
+                continue  # its own instance acks / fails (and replays), in its process
             self.retry[spout_id] = declared.retry or RetryPolicy()
             self.spouts[spout_id] = copy.deepcopy(declared)
 
     # -- Step 1 ---------------------------------------------------------------------------
 
-    def _load(self, batch_id: int) -> dict[str, SpoutTracker]:
+    def _load(self, batch_id: int) -> tuple[dict[str, SpoutTracker], dict[str, EmitTracker]]:
         previous = self.layout.latest_before(self.dir, TRACKERS, batch_id)
         data = pickle.loads(previous.read_bytes()) if previous is not None else {}
         trackers = {}
+        emits = {}
+        for spout_id in self.free:
+            snap = data.get(spout_id)
+            emits[spout_id] = (EmitTracker.restore(snap, timeout_ms=self.acking.timeout_ms)
+                               if snap is not None else
+                               EmitTracker(timeout_ms=self.acking.timeout_ms))
         for spout_id in self.acking.spout_tasks:
+            if spout_id in self.free:
+                continue
             settings = {"timeout_ms": self.acking.timeout_ms, "retry": self.retry[spout_id]}
             snap = data.get(spout_id)
             trackers[spout_id] = (SpoutTracker.restore(snap, **settings) if snap is not None
                                   else SpoutTracker(**settings))
-        return trackers
+        return trackers, emits
 
     def commit(self, offsets: BatchOffsets, events: list[tuple[int, bytes]]) -> BatchOutcome:
         """Steps 1-4 for the batch ``offsets`` describes.
@@ -98,7 +120,8 @@ class SpoutReliability:
             events: ``(acker task, payload)`` rows the ackers sent.
         """
         batch_id = offsets.batch_id
-        out = BatchOutcome(trackers=self._load(batch_id))
+        trackers, emits = self._load(batch_id)
+        out = BatchOutcome(trackers=trackers, emits=emits)
         by_task: dict[int, list[tuple[str, int, int, Any]]] = defaultdict(list)
         pending: dict[int, list[tuple[int, int, Any]]] = defaultdict(list)
         acked: Counter[int] = Counter()
@@ -113,6 +136,15 @@ class SpoutReliability:
             self._acker_entries[acker] = payload["entries"]
             expired += payload["expired"]
         for spout_id, task in self.acking.spout_tasks.items():
+            if spout_id in self.free:
+                now = read_marks(offsets.marks_of(spout_id))[0]
+                now = offsets.timestamp_ms if now is None else now
+                emitted = out.emits[spout_id]
+                out.notices[spout_id] = emits_batch(spout_id, emitted, now, pending[task],
+                                                    by_task[task], out.counters)
+                out.counters[f"{spout_id}.acked"] += acked[task]
+                out.gauges[f"{spout_id}.pending"] = emitted.pending_count
+                continue
             tracker = out.trackers[spout_id]
             out.ends[spout_id] = {(t, p): o for t, parts in offsets.ends_of(spout_id).items()
                                   for p, o in parts.items()}
@@ -165,8 +197,13 @@ class SpoutReliability:
 
     def persist(self, batch_id: int, out: BatchOutcome) -> None:
         """Save the trackers after ``batch_id`` and write each spout's book (atomically)."""
-        snapshot = {s: t.snapshot() for s, t in out.trackers.items()}
+        snapshot: dict[str, Any] = {s: t.snapshot() for s, t in out.trackers.items()}
+        snapshot.update({s: t.snapshot() for s, t in out.emits.items()})
         self.layout.write(self.dir / f"{batch_id}{TRACKERS}", pickle.dumps(snapshot))
+        for spout_id, emitted in out.emits.items():
+            NoticeBook(self.layout.notices_dir(spout_id)).write(
+                batch_id, out.notices.get(spout_id, []), emitted.next_timeout_at(),
+                emitted.pending_count)
         for spout_id, tracker in out.trackers.items():
             self.layout.write(self.layout.book_path(spout_id),
                               book_of(batch_id, tracker, out.ends[spout_id]).to_json().encode())

@@ -9,15 +9,27 @@ Planning batch ``seq`` (:meth:`SpoutExecutor.next_batch`):
 1. Open the spout on first use (``open(conf, context, collector)``; the collector buffers).
 2. Ack every logged batch below ``seq``: Spark plans batch ``seq`` only after the batch
    before it committed (batches run one at a time), so their tuples are fully processed
-   (seed 002's transactional ack). Untracked tuples (message id None) get nothing.
+   (seed 002's transactional ack). Untracked tuples (message id None) get nothing. A
+   *tracked* spout (at least once, with ackers: ``notices`` is given) is not acked per
+   batch: step 4a acks and fails its tuples one by one.
 3. If batch ``seq`` is already in the log (logged, then the process died before Spark
    recorded it), it is the batch: replayed as logged, ``next_tuple`` is not called.
-4. Otherwise call ``next_tuple`` until the batch is full (:class:`BatchBounds`): max tuples,
-   max time, or the spout emitting nothing for ``idle_calls`` calls in a row (sleeping
-   ``wait_ms`` after each, as Storm's sleep wait strategy). A call that raises ends the
-   batch (logged with the spout's id); ``max_failures`` failing calls in a row raise a
-   :class:`SourceError`, which fails the query.
-5. Log the batch atomically (``kstorm/_spout_log.py``); only then is its end returned.
+4. Otherwise:
+   a. Tracked: deliver the notices of the trees that ended since the last delivery
+      (``kstorm/_runtime/spout_notices.py``), in batch order: ``ack(msg_id)``, or
+      ``fail(msg_id)`` for a tree a bolt failed or that timed out, so the spout can re-emit
+      it in this batch. A notice for a tuple another (dead) instance emitted goes to this
+      one if it is an ack; if it is a fail, kstorm re-emits the logged tuple itself (owner
+      ``@kstorm``), since only the instance that emitted it could: nothing is lost.
+   b. Call ``next_tuple`` until the batch is full (:class:`BatchBounds`): max tuples, max
+      time, or the spout emitting nothing for ``idle_calls`` calls in a row (sleeping
+      ``wait_ms`` after each, as Storm's sleep wait strategy). A call that raises ends the
+      batch (logged with the spout's id); ``max_failures`` failing calls in a row raise a
+      :class:`SourceError`, which fails the query.
+   c. Tracked, nothing emitted, and a pending tree's time-out has passed: an empty batch
+      all the same, whose commit times the tree out (Storm's tick).
+5. Log the batch atomically (``kstorm/_spout_log.py``); only then is its end returned, and
+   (tracked) the notices of 4a recorded as delivered.
 6. At most once: ack the batch's tuples now (Storm acks on emit when there are no ackers).
 
 Example:
@@ -30,13 +42,17 @@ Example:
 from __future__ import annotations
 
 import logging
+import pickle
 import time
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from kstorm._runtime.checkpoint import KEEP_BATCHES
 from kstorm._runtime.spout_log import LoggedTuple, SpoutLog
+from kstorm._runtime.spout_notices import NoticeBook
+from kstorm.acking.emits import ACK, ORPHAN
 from kstorm.component import TopologyContext
 from kstorm.errors import ConfigError, SourceError, TopologyError
 from kstorm.spout import BaseRichSpout, SpoutOutputCollector
@@ -77,8 +93,9 @@ class BatchBounds:
 class EmitBuffer:
     """The spout collector's emit function: checks each emit, keeps it for the batch."""
 
-    def __init__(self, spout_id: str, streams: Mapping[str, Fields]) -> None:
+    def __init__(self, spout_id: str, streams: Mapping[str, Fields], owner: str = "") -> None:
         self.spout_id = spout_id
+        self.owner = owner  # the spout instance: what a tracked tuple's notices go back to
         self.streams = dict(streams)
         self.tuples: list[LoggedTuple] = []
         self.error: TopologyError | None = None  # kept in case next_tuple swallows it
@@ -96,7 +113,8 @@ class EmitBuffer:
                    f"{values!r}")
             self.error = TopologyError(msg)
             raise self.error
-        self.tuples.append(LoggedTuple(stream, values, message_id))
+        self.tuples.append(LoggedTuple(stream, values, message_id,
+                                       "" if message_id is None else self.owner))
 
     def take(self) -> list[LoggedTuple]:
         """The buffered tuples; the buffer starts over."""
@@ -109,8 +127,11 @@ class SpoutExecutor:
 
     def __init__(self, spout: BaseRichSpout, spout_id: str, conf: dict[str, Any],
                  context: TopologyContext, spout_log: SpoutLog, bounds: BatchBounds, *,
-                 ack_on_emit: bool = False, clock: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+                 ack_on_emit: bool = False, notices: NoticeBook | None = None,
+                 clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], None] = time.sleep,
+                 wall_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+                 instance: str | None = None, max_pending: int | None = None) -> None:
         self.spout = spout
         self.spout_id = spout_id
         self.conf = conf
@@ -118,12 +139,23 @@ class SpoutExecutor:
         self.spout_log = spout_log
         self.bounds = bounds
         self.ack_on_emit = ack_on_emit
+        self.notices = notices  # tracked (at least once): acks and fails come from here
+        self.instance = instance or uuid.uuid4().hex
         self._clock = clock
         self._sleep = sleep
-        self._buffer = EmitBuffer(spout_id, context.output_streams)
+        self._wall_ms = wall_ms
+        self._buffer = EmitBuffer(spout_id, context.output_streams,
+                                  self.instance if notices is not None else "")
         self._opened = False
+        self._delivered = -1          # tracked: the first batch whose notices are not delivered
+        self._next_timeout: int | None = None
+        self._pending = 0             # tracked: trees pending after the last committed batch
+        self.max_pending = max_pending  # tracked: topology.max.spout.pending
         self.failures = 0  # next_tuple calls that raised in a row
         self.acked = 0     # acks delivered by this instance (testing, progress)
+        self.failed = 0    # fails delivered to this instance
+        self.reemitted = 0  # failed tuples of a gone instance kstorm re-emitted
+        self.planned_ms: int | None = None  # when the last batch was planned (wall clock)
 
     def next_batch(self, seq: int) -> int:
         """Plan batch ``seq``: ``seq + 1`` once it is logged, ``seq`` if there is none."""
@@ -132,16 +164,26 @@ class SpoutExecutor:
         # Step 2: everything before seq committed.
         self.ack_through(seq)
         # Step 3: a batch logged before a restart is the batch.
+        self.planned_ms = self._wall_ms()
         if self.spout_log.exists(seq):
             log.info("spout %r: batch %s is in the log already: replayed as logged",
                      self.spout_id, seq)
         else:
-            # Step 4: next_tuple until the batch is full.
-            tuples = self._fill()
-            if not tuples:
+            # Step 4a: tracked, the trees that ended: ack / fail (or re-emit an orphan).
+            reemits = self._deliver() if self.notices is not None else []
+            # Step 4b: next_tuple until the batch is full (tracked: or until
+            # topology.max.spout.pending tuples are pending, counting this batch's).
+            room = (None if self.max_pending is None or self.notices is None
+                    else self.max_pending - self._pending - len(reemits))
+            tuples = reemits + (self._fill(room) if room is None or room > 0 else [])
+            # Step 4c: tracked, nothing to emit but a tree's time-out has passed: tick.
+            if not tuples and not self._tick_due():
                 return seq
-            # Step 5: write ahead.
+            # Step 5: write ahead (then the delivered notices are durable: their re-emits
+            # are in the log).
             self.spout_log.write(seq, tuples)
+            if self.notices is not None:
+                self.notices.mark_delivered(self._delivered)
         # Step 6: at most once, ack on emit.
         if self.ack_on_emit:
             self.ack_through(seq + 1)
@@ -153,7 +195,8 @@ class SpoutExecutor:
         if first >= seq:
             return
         self._open()
-        for batch in range(first, seq):
+        # (tracked: acked one by one in step 4a, not per batch)
+        for batch in range(first, seq) if self.notices is None else ():
             if not self.spout_log.exists(batch):
                 continue  # pruned or never logged (a checkpoint older than the log)
             for t in self.spout_log.tuples(batch):
@@ -168,6 +211,55 @@ class SpoutExecutor:
         self.spout_log.mark_acked(seq)
         self.spout_log.prune(seq - KEEP_BATCHES)
 
+    def _deliver(self) -> list[LoggedTuple]:
+        """Step 4a: the notices not delivered yet; returns the tuples kstorm re-emits."""
+        assert self.notices is not None
+        if self._delivered < 0:  # a new instance: from what no instance durably got
+            self._delivered = self.notices.delivered()
+            self._next_timeout, self._pending = self.notices.latest()
+        reemits: list[LoggedTuple] = []
+        first = self._delivered
+        for batch_id, notices, next_timeout in self.notices.unread(first):
+            for notice in notices:
+                msg = notice.msg
+                msg_id = msg.message_id()
+                mine = msg.owner == self.instance
+                if notice.action == ACK:
+                    self._call("ack", msg_id, batch_id)
+                    self.acked += 1
+                elif mine:
+                    self._call("fail", msg_id, batch_id)
+                    self.failed += 1
+                else:  # emitted by an instance that is gone: only kstorm can replay it
+                    reemits.append(LoggedTuple(msg.stream, pickle.loads(msg.values), msg_id,
+                                               ORPHAN))
+            self._delivered = batch_id + 1
+            self._next_timeout = next_timeout
+        if self._delivered > first:  # the newest file (the last delivered): what is pending
+            self._next_timeout, self._pending = self.notices.latest()
+        if reemits:
+            self.reemitted += len(reemits)
+            log.info("spout %r: re-emitting %d failed tuple(s) a previous instance emitted",
+                     self.spout_id, len(reemits))
+        return reemits
+
+    def _call(self, method: str, msg_id: Any, batch_id: int) -> None:
+        try:
+            getattr(self.spout, method)(msg_id)
+        except Exception:
+            log.exception("spout %r: %s(%r) raised (notice of batch %s); going on",
+                          self.spout_id, method, msg_id, batch_id)
+
+    def wait_ms(self) -> int | None:
+        """Tracked: milliseconds until a pending tree times out (None: nothing pending)."""
+        if self.notices is None or self._next_timeout is None:
+            return None
+        return max(0, self._next_timeout - self._wall_ms())
+
+    def _tick_due(self) -> bool:
+        return (self.notices is not None and self._next_timeout is not None
+                and self._wall_ms() >= self._next_timeout)
+
     def close(self) -> None:
         """Close the spout instance if it was opened."""
         if self._opened:
@@ -180,13 +272,14 @@ class SpoutExecutor:
         self.spout.open(self.conf, self.context, SpoutOutputCollector(self._buffer))
         self._opened = True
 
-    def _fill(self) -> list[LoggedTuple]:
+    def _fill(self, room: int | None = None) -> list[LoggedTuple]:
         bounds = self.bounds
         buffer = self._buffer
         buffer.take()
         deadline = self._clock() + bounds.max_ms / 1000
         idle = 0
-        while len(buffer.tuples) < bounds.max_tuples and self._clock() < deadline:
+        most = bounds.max_tuples if room is None else min(bounds.max_tuples, room)
+        while len(buffer.tuples) < most and self._clock() < deadline:
             before = len(buffer.tuples)
             try:
                 self.spout.next_tuple()

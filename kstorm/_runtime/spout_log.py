@@ -7,8 +7,10 @@ transactional spout must emit the same batch for the same transaction id"):
     <checkpoint>/kstorm/spouts/<spout id>/<seq>     one Arrow IPC file per batch
     <checkpoint>/kstorm/spouts/<spout id>/acked     the first seq not yet acked
 
-A batch file holds, per tuple, its stream, its values (pickled, as in envelope rows) and its
-message id (pickled; null when untracked). It is written atomically
+A batch file holds, per tuple, its stream, its values (pickled, as in envelope rows), its
+message id (pickled; null when untracked) and its owner: the spout instance that emitted it, or
+``@kstorm`` for a tuple kstorm re-emitted for an instance that is gone (at least once:
+``kstorm/_runtime/spout_notices.py``). It is written atomically
 (:meth:`CheckpointLayout.write`), so a reader sees a whole batch or none. Files are only
 ever read after that, which is what makes a replayed batch identical to its first attempt.
 
@@ -32,7 +34,7 @@ from kstorm._runtime.checkpoint import CheckpointLayout
 from kstorm.errors import SourceError
 
 LOG_SCHEMA = pa.schema([("__stream", pa.string()), ("__vals", pa.binary()),
-                        ("__msgid", pa.binary())])
+                        ("__msgid", pa.binary()), ("__owner", pa.string())])
 ACKED_FILE = "acked"
 
 
@@ -42,6 +44,7 @@ class LoggedTuple(NamedTuple):
     stream: str
     values: list[Any]
     message_id: Any = None
+    owner: str = ""
 
 
 def to_table(tuples: Sequence[LoggedTuple]) -> pa.Table:
@@ -51,6 +54,7 @@ def to_table(tuples: Sequence[LoggedTuple]) -> pa.Table:
         pa.array([pickle.dumps(list(t.values), protocol=5) for t in tuples], pa.binary()),
         pa.array([None if t.message_id is None else pickle.dumps(t.message_id, protocol=5)
                   for t in tuples], pa.binary()),
+        pa.array([t.owner for t in tuples], pa.string()),
     ], schema=LOG_SCHEMA)
 
 
@@ -94,11 +98,14 @@ class SpoutLog:
     def tuples(self, seq: int) -> Iterator[LoggedTuple]:
         """The tuples of batch ``seq`` in emit order."""
         table = self.table(seq)
-        for stream, vals, msg in zip(table.column("__stream").to_pylist(),
-                                     table.column("__vals").to_pylist(),
-                                     table.column("__msgid").to_pylist(), strict=True):
+        owners = (table.column("__owner").to_pylist() if "__owner" in table.schema.names
+                  else [""] * table.num_rows)  # a log written before owners were kept
+        for stream, vals, msg, owner in zip(table.column("__stream").to_pylist(),
+                                            table.column("__vals").to_pylist(),
+                                            table.column("__msgid").to_pylist(), owners,
+                                            strict=True):
             yield LoggedTuple(stream, pickle.loads(vals), None if msg is None else
-                              pickle.loads(msg))
+                              pickle.loads(msg), owner or "")
 
     def acked(self) -> int:
         """The first batch whose tuples were not acked yet (0 for a new log)."""

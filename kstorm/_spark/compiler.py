@@ -70,7 +70,9 @@ def compile_query(spark: SparkSession, topology: StormTopology, plan: Plan, name
             env[stage.index] = read_spout(spark, topology.components[stage.head], settings,
                                           fused=StageRunner(ctx), topology_name=name,
                                           conf=conf, layout=layout, txid_base=txid_base,
-                                          seeds=window_seeds or {})
+                                          seeds=window_seeds or {},
+                                          spout_task=(acking.spout_tasks.get(stage.head)
+                                                      if acking is not None else None))
             continue
         if stage.is_source:
             window = next((s for s in plan.stages

@@ -70,10 +70,14 @@ def start(name: str, conf: dict[str, Any], topology: StormTopology) -> TopologyH
             and next_batch_id(checkpoint) > 0 and _keeps_spark_state(plan, settings)):
         # Stopped during its very first batch: Spark refuses to run batch 0 again for a
         # query with state operators (its offsets log must then be empty). Nothing of it
-        # was committed anywhere, so plan it again from the spouts' starting offsets.
+        # was committed anywhere, so plan it again from the spouts' starting offsets; a
+        # free-form spout's logged batches move back: they are replayed as logged (its
+        # spout emitted them once, and may not emit them again).
         log.warning("topology %r: its first batch never committed (stopped during it); "
                     "planning it again from the spouts' starting offsets", name)
-        layout.move_aside()
+        stale = layout.move_aside()
+        if stale is not None:
+            _keep_spout_logs(CheckpointLayout(stale), layout)
     if resume.from_sink is not None:
         _check_state_survives(name, topology, plan, checkpoint, resume, sinks, settings)
     states = _recover_states(name, conf, settings, topology, plan, resume, last_batch,
@@ -131,6 +135,17 @@ def start(name: str, conf: dict[str, Any], topology: StormTopology) -> TopologyH
     if missing_topics:
         _watch_missing_topics(name, topology, missing_topics, query)
     return TopologyHandle(name, query, commit, settings, metrics)
+
+
+def _keep_spout_logs(stale: CheckpointLayout, layout: CheckpointLayout) -> None:
+    """Move free-form spouts' batch logs from a checkpoint moved aside into the new one."""
+    logs = stale.spout_logs_dir
+    if logs.is_dir():
+        layout.root.mkdir(parents=True, exist_ok=True)
+        logs.rename(layout.spout_logs_dir)
+        log.warning("kept the free-form spouts' batch logs (%s): their batches are replayed "
+                    "as logged", ", ".join(sorted(p.name for p in layout.spout_logs_dir
+                                                  .iterdir())))
 
 
 def _metrics_server(name: str, commit: CommitPhase, settings: TopologyConfig) -> Any:

@@ -20,7 +20,8 @@ def read_spout(spark: SparkSession, spec: ComponentSpec, settings: TopologyConfi
                pmax_file: str | None = None, fused: Any = None,
                acking: dict[str, Any] | None = None, *, topology_name: str = "",
                conf: dict[str, Any] | None = None, layout: CheckpointLayout | None = None,
-               txid_base: int = 0, seeds: Mapping[str, bytes] | None = None) -> DataFrame:
+               txid_base: int = 0, seeds: Mapping[str, bytes] | None = None,
+               spout_task: int | None = None) -> DataFrame:
     """The raw rows of spout ``spec`` (its output fields, plus ids and error columns).
 
     ``acking``: the spout is tracked (at-least-once; Kafka spouts only): its book's path
@@ -28,7 +29,8 @@ def read_spout(spark: SparkSession, spec: ComponentSpec, settings: TopologyConfi
     source stage as ``fused`` (its rows leave as envelope rows), the topology's name and
     ``conf`` (for ``open``), and the checkpoint ``layout`` (its batch log lives there). A
     transactional spout needs the same, plus ``txid_base`` (txid = base + batch id) and the
-    sinks' stored state ``seeds`` (its metadata after a lost checkpoint).
+    sinks' stored state ``seeds`` (its metadata after a lost checkpoint). ``spout_task``: a
+    free-form spout is tracked (at least once, with ackers) as this spout task.
     """
     spout = spec.component
     kind = source_kind(spout)
@@ -55,9 +57,11 @@ def read_spout(spark: SparkSession, spec: ComponentSpec, settings: TopologyConfi
 
     bounds = BatchBounds(settings.spout_max_batch_tuples, settings.spout_max_batch_ms,
                          settings.spout_idle_calls, settings.spout_max_failures)
+    notices = str(layout.notices_dir(spec.id)) if spout_task is not None else None
     source = SpoutSourceSpec(spout, spec.id, topology_name, {**(conf or {}), **spec.conf},
                              dict(spec.streams), str(layout.spout_log_dir(spec.id)), bounds,
-                             settings.acks_on_emit, spec.parallelism, fused)
+                             settings.acks_on_emit, spec.parallelism, fused, spout_task,
+                             notices, settings.max_spout_pending)
     return read_spout_stream(spark, source, ENVELOPE_DDL)
 
 

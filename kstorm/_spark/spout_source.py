@@ -11,6 +11,10 @@ instance in that process, through a :class:`kstorm._runtime.spout_executor.Spout
   logged, so any batch Spark (re)runs is in the log.
 - ``partitions(start, end)``: the logged batches, split into ``parallelism`` slices carried
   inside the input partitions as Arrow IPC bytes (executors need no access to the log).
+  Tracked (at least once, with ackers): each tuple with a message id also carries it, its
+  owner, its tree's root id (:func:`kstorm.acking.ids.emit_root_id` of its place in the
+  log, the same on a replay) and the batch's planned time, which ``latestOffset`` recorded
+  in the end offset (``@acking``) for the commit phase to time trees out with.
 - ``read(partition)``: the slice's rows (``__stream``, pickled ``__vals``), turned into
   envelope rows by the spout's source stage right there (``fused``), as Kafka's windowed
   partials are.
@@ -25,11 +29,13 @@ from __future__ import annotations
 
 import base64
 import logging
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark import cloudpickle
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
@@ -40,13 +46,18 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from kstorm._runtime.envelope import PLANNED_COLUMN, ROOT_COLUMN
 from kstorm._runtime.spout_executor import BatchBounds, SpoutExecutor
 from kstorm._runtime.spout_log import SpoutLog
+from kstorm._runtime.spout_notices import NoticeBook
+from kstorm.acking.ids import emit_root_id
+from kstorm.acking.replay import marks, read_marks
 from kstorm.component import TopologyContext
 from kstorm.spout import BaseRichSpout
 from kstorm.tuple import Fields
 
 FORMAT = "kstorm_spout"
+MAX_IDLE_WAIT_S = 1.0  # available-now: re-check pending trees (and the spout) this often
 SPEC_OPTION = "kstorm.spout"
 ROW_DDL = "__stream string, __vals binary"
 log = logging.getLogger("kstorm.spout")
@@ -66,6 +77,9 @@ class SpoutSourceSpec:
     ack_on_emit: bool
     parallelism: int = 1
     fused: Any = None  # the spout's source stage (StageRunner), run inside read()
+    spout_task: int | None = None  # tracked (at least once): its spout task for the ackers
+    notices_dir: str | None = None  # ... and where the commit phase leaves its notices
+    max_pending: int | None = None  # ... and topology.max.spout.pending
 
 
 class SpoutDataSource(DataSource):
@@ -91,9 +105,10 @@ class SpoutStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, spec: str) -> None:
         self.spec: SpoutSourceSpec = cloudpickle.loads(base64.b64decode(spec))
         self._executor: SpoutExecutor | None = None
+        self._available_now = False
 
     def __getstate__(self) -> dict[str, Any]:  # executors get the spec, never the instance
-        return {"spec": self.spec, "_executor": None}
+        return {"spec": self.spec, "_executor": None, "_available_now": False}
 
     # -- driver (the streaming source runner process) --------------------------------------
 
@@ -102,9 +117,11 @@ class SpoutStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             spec = self.spec
             context = TopologyContext(spec.topology_name, spec.spout_id, 0, 1, -1,
                                       dict(spec.streams))
+            notices = NoticeBook(spec.notices_dir) if spec.notices_dir is not None else None
             self._executor = SpoutExecutor(spec.spout, spec.spout_id, dict(spec.conf), context,
                                            SpoutLog(spec.log_dir, spec.spout_id), spec.bounds,
-                                           ack_on_emit=spec.ack_on_emit)
+                                           ack_on_emit=spec.ack_on_emit, notices=notices,
+                                           max_pending=spec.max_pending)
         return self._executor
 
     def initialOffset(self) -> dict:
@@ -116,20 +133,38 @@ class SpoutStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadMaxRows(self.spec.bounds.max_tuples)
 
     def prepareForTriggerAvailableNow(self) -> None:
-        """Available-now: the run ends at the first batch the idle spout leaves empty."""
+        """Available-now: the run ends at the first batch the idle spout leaves empty.
+
+        At least once, also only once no tree is pending (``latestOffset`` waits for their
+        time-outs).
+        """
+        self._available_now = True
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         """Ack what committed, then log the next batch (see the module docstring)."""
         seq = int(start["seq"])
-        end = self._spout().next_batch(seq)
-        return start if end == seq else {"seq": end}
+        executor = self._spout()
+        while True:
+            end = executor.next_batch(seq)
+            if end != seq:
+                break
+            # tracked, available-now: nothing may be left pending when the run ends, so wait
+            # for the oldest pending tree's time-out (next_batch then ticks)
+            wait = executor.wait_ms()
+            if not self._available_now or wait is None:
+                return start
+            time.sleep(min(wait / 1000, MAX_IDLE_WAIT_S) + 0.001)
+        if self.spec.spout_task is None or executor.planned_ms is None:
+            return {"seq": end}
+        return {"seq": end, **marks(executor.planned_ms, [])}
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         """The logged batches in ``[start, end)``, each split into ``parallelism`` slices."""
         spout_log = SpoutLog(self.spec.log_dir, self.spec.spout_id)
         parts: list[InputPartition] = []
+        planned = read_marks(end)[0]
         for seq in range(int(start["seq"]), int(end["seq"])):
-            table = spout_log.table(seq).drop_columns(["__msgid"])
+            table = _rows(spout_log.table(seq), seq, self.spec.spout_task, planned)
             n = max(1, min(self.spec.parallelism, table.num_rows))
             step = -(-table.num_rows // n)
             for i in range(n):
@@ -158,6 +193,21 @@ class SpoutStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             yield from self.spec.fused(iter(batches))
             return
         yield from batches
+
+
+def _rows(table: pa.Table, seq: int, spout_task: int | None, planned: int | None
+          ) -> pa.Table:
+    """A logged batch as the source stage reads it (tracking columns when tracked)."""
+    extra = [c for c in ("__msgid", "__owner") if c in table.schema.names]
+    if spout_task is None:
+        return table.drop_columns(extra)
+    if "__owner" not in table.schema.names:  # logged before owners were kept
+        table = table.append_column("__owner", pa.array([""] * table.num_rows, pa.string()))
+    tracked = pc.is_valid(table.column("__msgid")).to_pylist()
+    roots = [emit_root_id(spout_task, seq, i) if t else None for i, t in enumerate(tracked)]
+    table = table.append_column(ROOT_COLUMN, pa.array(roots, pa.int64()))
+    return table.append_column(PLANNED_COLUMN, pa.array([planned] * table.num_rows,
+                                                        pa.int64()))
 
 
 def _ipc(table: pa.Table) -> bytes:

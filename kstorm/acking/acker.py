@@ -161,12 +161,23 @@ def run_acker_batch(payloads: Iterable[dict[str, Any]], store: AckerStore, *,
             store.delete(root)
             result.removed += 1
         msg = msgs.get(root)
-        if (event.outcome is Outcome.ACKED and msg is not None and msg[3] == 0
+        if (event.outcome is Outcome.ACKED and msg is not None and _first_emit(msg)
                 and event.spout_task not in report_acks):
             result.acked[event.spout_task] += 1
         else:
+            if event.outcome is Outcome.ACKED and msg is not None and isinstance(msg[3], str):
+                msg = (*msg[:2], b"", msg[3])  # a free-form emit's values: only a fail needs them
             result.events.append(TreeEvent(event.outcome, root, event.spout_task, msg))
     return result
+
+
+def _first_emit(msg: Any) -> bool:
+    """A completed tree the spout side needs no event for (unless its spout overrides ack).
+
+    A Kafka tuple's first attempt (a retry's completion settles the retry), or any emit of a
+    free-form spout (``msg[3]`` is its owner, a string: each emit is a tree of its own).
+    """
+    return isinstance(msg[3], str) or msg[3] == 0
 
 
 def stale_roots(entries: Iterable[tuple[int, AckerEntry]], now_ms: int, timeout_ms: int

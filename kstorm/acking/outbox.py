@@ -28,8 +28,9 @@ from typing import Any
 from kstorm.acking.ids import acker_for
 from kstorm.acking.messages import AckerMessage
 
-SpoutMsg = tuple[str, int, int, int]
-"""``(topic, partition, offset, attempt)`` of a Kafka spout tuple."""
+SpoutMsg = tuple[Any, Any, Any, Any]
+"""``(topic, partition, offset, attempt)`` of a Kafka spout tuple, or a free-form spout's
+``(pickled msg id, stream, pickled values, owner)`` (:class:`kstorm.acking.emits.EmitMsg`)."""
 NO_TASK = -1
 """``tasks`` value of a root whose spout task this executor does not know."""
 
