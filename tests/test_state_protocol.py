@@ -372,3 +372,19 @@ def test_an_unreachable_redis_is_named() -> None:
                                                                "timeout": 300}})
     with pytest.raises(ConfigError, match=r"redis://127.0.0.1:\d+/0 does not answer"):
         provider.check()
+
+
+def test_state_init_empty_names_components_with_provider_state_or_is_refused() -> None:
+    from kstorm._spark.runner import _check_init_empty
+
+    redis = TopologyConfig.from_conf({"topology.state.provider": "redis",
+                                      "kstorm.state.init.empty": ["count"]})
+    _check_init_empty("t", redis, ["count", "windows"])  # a stateful bolt: fine
+    with pytest.raises(ConfigError, match=r"names \['typo'\], which hold no provider state"):
+        _check_init_empty("t", TopologyConfig.from_conf({
+            "topology.state.provider": "redis", "kstorm.state.init.empty": ["typo"]}),
+            ["count"])
+    with pytest.raises(ConfigError, match="does nothing with topology.state.provider = spark"):
+        _check_init_empty("t", TopologyConfig.from_conf({
+            "kstorm.state.init.empty": ["count"]}), ["count"])
+    _check_init_empty("t", TopologyConfig.from_conf({}), [])  # not set: nothing to check

@@ -296,6 +296,12 @@ def _recover_states(name: str, conf: dict[str, Any], settings: TopologyConfig,
     """
     stateful = [stage.head for stage in plan.stages if stage.stateful]
     windowed = provider_windows(plan)
+    try:
+        _check_init_empty(name, settings, stateful + windowed)
+    except ConfigError:
+        for sink in sinks.values():
+            sink.close()
+        raise
     if settings.state_provider == "spark" or not (stateful or windowed):
         return None
     try:
@@ -326,6 +332,24 @@ def _recover_states(name: str, conf: dict[str, Any], settings: TopologyConfig,
             sink.close()
         raise
     return book
+
+
+def _check_init_empty(name: str, settings: TopologyConfig, held: list[str]) -> None:
+    """``kstorm.state.init.empty`` names components whose provider state may start empty."""
+    listed = list(settings.state_init_empty)
+    if not listed:
+        return
+    if settings.state_provider == "spark":
+        msg = (f"topology {name!r}: kstorm.state.init.empty = {listed} does nothing with "
+               "topology.state.provider = spark (Spark's state store starts with its "
+               "checkpoint)")
+        raise ConfigError(msg, hint="remove it, or use a provider (redis) that holds state "
+                          "outside the checkpoint")
+    unknown = sorted(set(listed) - set(held))
+    if unknown:
+        msg = (f"topology {name!r}: kstorm.state.init.empty names {unknown}, which hold no "
+               f"provider state (stateful and windowed bolts here: {sorted(held)})")
+        raise ConfigError(msg, hint="list stateful bolts or user windowed bolts by their id")
 
 
 def provider_windows(plan: Any) -> list[str]:
