@@ -71,3 +71,61 @@ def test_fair_share_never_exceeds_cap_or_availability_and_uses_what_it_can(avail
     starved = [shares[("t", p)] for p, n in available.items() if shares[("t", p)] < n]
     if starved:
         assert max(shares.values()) - min(starved) <= 1
+
+
+class _Msg:
+    def __init__(self, topic: str, partition: int, offset: int) -> None:
+        self._where = (topic, partition, offset)
+
+    def topic(self) -> str:
+        return self._where[0]
+
+    def partition(self) -> int:
+        return self._where[1]
+
+    def offset(self) -> int:
+        return self._where[2]
+
+    def error(self) -> None:
+        return None
+
+
+class _BusyTail:
+    """A consumer over partitions being written to: every consume returns more, never EOF."""
+
+    def __init__(self, clock: list[float]) -> None:
+        self.clock = clock
+        self.calls = 0
+        self.next: dict[tuple[str, int], int] = {}
+
+    def assign(self, tps: list) -> None:
+        self.next = {(tp.topic, tp.partition): tp.offset for tp in tps}
+
+    def unassign(self) -> None:
+        pass
+
+    def consume(self, n: int, timeout: float) -> list[_Msg]:
+        self.calls += 1
+        self.clock[0] += 0.05
+        out = []
+        for (topic, partition), offset in self.next.items():
+            out += [_Msg(topic, partition, offset), _Msg(topic, partition, offset + 1)]
+            self.next[(topic, partition)] = offset + 2
+        return out
+
+
+def test_a_tail_being_written_to_is_not_chased_unless_asked() -> None:
+    from kstorm._kafka import client
+
+    for chase, calls in ((False, 1), (True, int(client.TAIL_TIMEOUT / 0.05))):
+        clock = [0.0]
+        consumer = _BusyTail(clock)
+        ends = client.latest_offsets(consumer, {("busy", 0): 10, ("busy", 1): 20},  # type: ignore[arg-type]
+                                     bootstrap=f"chase-{chase}",
+                                     clock=lambda c=clock: c[0],
+                                     chase=chase)
+        assert consumer.calls in (calls, calls + 1)
+        if not chase:  # the first answer confirms the end: records 9..10 and 19..20 exist
+            assert ends == {("busy", 0): 11, ("busy", 1): 21}
+        else:          # chased until TAIL_TIMEOUT: further, but 2 s spent on it
+            assert ends[("busy", 0)] > 11
