@@ -166,7 +166,6 @@ def latest_offsets(
     *,
     bootstrap: str = "",
     clock: Callable[[], float] = time.monotonic,
-    chase: bool = True,
 ) -> Offsets:
     """Confirmed end offsets: the high watermark, raised to what the tail of each partition shows.
 
@@ -174,11 +173,6 @@ def latest_offsets(
     the same ``bootstrap`` confirmed. ``known`` (e.g. the batch start) only raises the result:
     a start inside the broker's last record batch is at or above an understated high
     watermark, yet the partition may hold more records after it.
-
-    ``chase``: read each tail to its end (end of partition), as an available-now run's
-    target needs; without it, the first records a partition returns confirm its end (a
-    partition being written to has no end to reach: chasing it costs the whole
-    ``TAIL_TIMEOUT``, and what arrives meanwhile goes to the next batch anyway).
     """
     ends: Offsets = {}
     to_read: list[KafkaTopicPartition] = []
@@ -189,7 +183,7 @@ def latest_offsets(
         if hw > confirmed:
             to_read.append(KafkaTopicPartition(topic, partition, hw - 1))
     if to_read:
-        ends.update(_read_tails(consumer, to_read, ends, clock, chase))
+        ends.update(_read_tails(consumer, to_read, ends, clock))
     for (topic, partition), end in ends.items():
         _KNOWN_ENDS[(bootstrap, topic, partition)] = end
     return ends
@@ -200,7 +194,6 @@ def _read_tails(
     tails: list[KafkaTopicPartition],
     ends: Offsets,
     clock: Callable[[], float],
-    chase: bool = True,
 ) -> Offsets:
     found = {(tp.topic, tp.partition): ends[(tp.topic, tp.partition)] for tp in tails}
     pending = set(found)
@@ -208,7 +201,6 @@ def _read_tails(
     consumer.assign(tails)
     try:
         while pending and clock() < deadline:
-            answered = set()
             for msg in consumer.consume(1000, 0.01):
                 topic, partition, offset = msg.topic(), msg.partition(), msg.offset()
                 if topic is None or partition is None or offset is None:
@@ -217,15 +209,12 @@ def _read_tails(
                 error = msg.error()
                 if error is None:
                     found[key] = max(found[key], offset + 1)
-                    answered.add(key)
                 elif error.code() == KafkaError._PARTITION_EOF:
                     found[key] = max(found[key], offset)
                     pending.discard(key)
                 else:
                     log.warning("kafka spout: tail read of %s[%s]: %s", *key, error)
                     pending.discard(key)
-            if not chase:
-                pending -= answered
     finally:
         consumer.unassign()
     if pending:

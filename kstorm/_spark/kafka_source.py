@@ -200,7 +200,6 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             {tp: hi for tp, (_, hi) in marks.items()},
             begin,
             bootstrap=self.bootstrap,
-            chase=self._target is not None,  # continuous: do not chase a moving end
         )
         earliest = {tp: lo for tp, (lo, _) in marks.items() if tp not in begin}
         cap = limit.max_rows if isinstance(limit, ReadMaxRows) else None
