@@ -36,7 +36,6 @@ import bisect
 import datetime as dt
 import json
 import os
-import platform
 import random
 import signal
 import subprocess
@@ -451,18 +450,10 @@ def raw_job(args: argparse.Namespace) -> int:
 
 
 def machine() -> str:
-    """One line: cores, CPU, Python, load average."""
-    cpu = "?"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    return (f"nproc {os.cpu_count()}; CPU {cpu}; {platform.platform()}; Python "
-            f"{platform.python_version()}; load average at the end {load}")
+    """One line: the standard benchmark's machine description (load average included)."""
+    from bench.report import machine as describe
+
+    return "; ".join(f"{k} {v}" for k, v in describe().items())
 
 
 def table(runs: list[Run]) -> str:
@@ -523,7 +514,7 @@ def write(args: argparse.Namespace, runs: list[Run], wall_s: float) -> None:
         "# Latency benchmark", "",
         f"Command: `{command.strip()}` (repository root); run "
         f"{dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC, whole run {wall_s:.0f} s.", "",
-        f"Machine: {machine()}.", "",
+        f"Machine: {machine()} (load average at the end).", "",
         f"Load: {', '.join(f'{r:,}' for r in args.rates)} events/s for {args.seconds:.0f} s "
         f"per run, {PARTITIONS} partitions, {KEYS} keys; windows tumbling {args.window_ms} ms, "
         f"lag {args.lag_ms} ms; kstorm continuous, trigger {args.trigger_ms} ms, local[2], "

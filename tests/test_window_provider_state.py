@@ -26,7 +26,7 @@ from kstorm.testing import ListSpout
 from kstorm.tuple import Tuple
 from kstorm.windowing import BaseStatefulWindowedBolt, BaseWindowedBolt, Count, Duration
 from kstorm.windowing._kvstore import KVChunks, WindowKV, internal_state, window_namespace
-from kstorm.windowing._store import PersistentTuples
+from kstorm.windowing._store import DictBackend, PersistentTuples
 from kstorm.windowing._task import Collect, WindowedTask
 from kstorm.windowing.config import WindowConfig
 
@@ -96,7 +96,7 @@ def test_a_task_reloaded_every_batch_fires_what_one_in_memory_fires(provider: An
     tuples = _tuples(400, rng)
     name = f"wp{next(_names)}"
     memory, reloaded = Collect(), Collect()
-    kept = WindowedTask("w", config, (), PersistentTuples(_Dict(), 5)
+    kept = WindowedTask("w", config, (), PersistentTuples(DictBackend(), 5)
                         if config.persistent else None)
     at, now, txid = 0, 10_000, 0
     while at < len(tuples):
@@ -116,22 +116,6 @@ def test_a_task_reloaded_every_batch_fires_what_one_in_memory_fires(provider: An
     assert memory.windows, "the run fired no window: the test checks nothing"
     assert _fired(reloaded) == _fired(memory)
     assert reloaded.late_tuples == memory.late_tuples
-
-
-class _Dict:
-    """A chunk backend in a dict."""
-
-    def __init__(self) -> None:
-        self.data: dict[int, bytes] = {}
-
-    def get(self, key: int) -> bytes | None:
-        return self.data.get(key)
-
-    def put(self, key: int, blob: bytes) -> None:
-        self.data[key] = blob
-
-    def remove(self, key: int) -> None:
-        self.data.pop(key, None)
 
 
 class _Recording:

@@ -298,13 +298,8 @@ def _recover_states(name: str, conf: dict[str, Any], settings: TopologyConfig,
     windowed = provider_windows(plan)
     try:
         _check_init_empty(name, settings, stateful + windowed)
-    except ConfigError:
-        for sink in sinks.values():
-            sink.close()
-        raise
-    if settings.state_provider == "spark" or not (stateful or windowed):
-        return None
-    try:
+        if settings.state_provider == "spark" or not (stateful or windowed):
+            return None
         if settings.state_provider == "memory":
             msg = (f"topology {name!r}: topology.state.provider = memory keeps state in one "
                    f"process, but Spark runs the stateful and windowed bolts "
