@@ -36,8 +36,10 @@ from kstorm.errors import SourceError
 
 log = logging.getLogger("kstorm.kafka")
 TAIL_TIMEOUT = 2.0  # seconds a tail read may take before its answer is used as is
+TAIL_CHASE = 0.1  # seconds a tail read follows a partition after its first answer (see below)
 _CACHE: dict[tuple[tuple[str, str], ...], Consumer] = {}
-_KNOWN_ENDS: dict[tuple[str, str, int], int] = {}
+_KNOWN_ENDS: dict[tuple[str, str, int], int] = {}  # ends seen as end of partition
+_SEEN_ENDS: dict[tuple[str, str, int], int] = {}  # offsets a read stopped at before the end
 
 
 def client_config(bootstrap: str | KafkaConnection, extra: Mapping[str, Any] | None = None
@@ -166,6 +168,7 @@ def latest_offsets(
     *,
     bootstrap: str = "",
     clock: Callable[[], float] = time.monotonic,
+    chase: float = TAIL_CHASE,
 ) -> Offsets:
     """Confirmed end offsets: the high watermark, raised to what the tail of each partition shows.
 
@@ -173,19 +176,36 @@ def latest_offsets(
     the same ``bootstrap`` confirmed. ``known`` (e.g. the batch start) only raises the result:
     a start inside the broker's last record batch is at or above an understated high
     watermark, yet the partition may hold more records after it.
+
+    ``chase``: how long (seconds) a partition's tail is followed after its first records
+    arrive. A partition being written to has no end to reach: following it costs the whole
+    ``TAIL_TIMEOUT`` and what arrives meanwhile goes to the next batch anyway. A read cut
+    short still answers (those records exist) but confirms nothing: only an end reached
+    (end of partition) is remembered as confirmed, so the next call reads that partition
+    again, on from where this one stopped, even if the broker's high watermark stays short.
+    An available-now target passes ``chase=TAIL_TIMEOUT`` (read every tail to its end).
     """
     ends: Offsets = {}
     to_read: list[KafkaTopicPartition] = []
     for (topic, partition), hw in high.items():
         confirmed = _KNOWN_ENDS.get((bootstrap, topic, partition), 0)
-        floor = max((known or {}).get((topic, partition), 0), confirmed)
+        seen = _SEEN_ENDS.get((bootstrap, topic, partition), 0)
+        floor = max((known or {}).get((topic, partition), 0), confirmed, seen)
         ends[(topic, partition)] = max(hw, floor)
-        if hw > confirmed:
-            to_read.append(KafkaTopicPartition(topic, partition, hw - 1))
+        if max(hw, seen) > confirmed:  # read on from what is known to exist
+            to_read.append(KafkaTopicPartition(topic, partition, max(hw, floor) - 1))
+    reached: set[TopicPartition] = set(ends) - {(tp.topic, tp.partition) for tp in to_read}
     if to_read:
-        ends.update(_read_tails(consumer, to_read, ends, clock))
-    for (topic, partition), end in ends.items():
-        _KNOWN_ENDS[(bootstrap, topic, partition)] = end
+        found, at_end = _read_tails(consumer, to_read, ends, clock, chase)
+        ends.update(found)
+        reached |= at_end
+    for key, end in ends.items():
+        where = (bootstrap, *key)
+        if key in reached:
+            _KNOWN_ENDS[where] = end
+            _SEEN_ENDS.pop(where, None)
+        else:
+            _SEEN_ENDS[where] = end
     return ends
 
 
@@ -194,9 +214,13 @@ def _read_tails(
     tails: list[KafkaTopicPartition],
     ends: Offsets,
     clock: Callable[[], float],
-) -> Offsets:
+    chase: float,
+) -> tuple[Offsets, set[TopicPartition]]:
+    """What each tail shows, and which partitions were read to their end."""
     found = {(tp.topic, tp.partition): ends[(tp.topic, tp.partition)] for tp in tails}
     pending = set(found)
+    at_end: set[TopicPartition] = set()
+    answered: dict[TopicPartition, float] = {}
     deadline = clock() + TAIL_TIMEOUT
     consumer.assign(tails)
     try:
@@ -209,17 +233,22 @@ def _read_tails(
                 error = msg.error()
                 if error is None:
                     found[key] = max(found[key], offset + 1)
+                    answered.setdefault(key, clock())
                 elif error.code() == KafkaError._PARTITION_EOF:
                     found[key] = max(found[key], offset)
                     pending.discard(key)
+                    at_end.add(key)
                 else:
                     log.warning("kafka spout: tail read of %s[%s]: %s", *key, error)
                     pending.discard(key)
+            now = clock()
+            pending -= {key for key, since in answered.items() if now - since >= chase}
     finally:
         consumer.unassign()
-    if pending:
-        log.debug("kafka spout: tail read timed out for %s; using %s", sorted(pending), found)
-    return found
+    if len(at_end) < len(found):
+        log.debug("kafka spout: tail read stopped before the end of %s; using %s",
+                  sorted(set(found) - at_end), found)
+    return found, at_end
 
 
 def committed_offsets(

@@ -367,11 +367,13 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return _kafka.watermarks(self._consumer(), partitions)
 
     def _latest_offsets(self, partitions: list[TopicPartition]) -> Offsets:
+        """Today's ends, every tail read to its end (a start at latest, an available-now target)."""
         marks = self._watermarks(partitions)
         return _kafka.latest_offsets(
             self._consumer(),
             {tp: hi for tp, (_, hi) in marks.items()},
             bootstrap=self.bootstrap,
+            chase=_kafka.TAIL_TIMEOUT,
         )
 
 
