@@ -37,7 +37,9 @@ import datetime as dt
 import json
 import os
 import random
+import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -221,6 +223,7 @@ class Run:
     problems: list[str]
     batches: int | None = None
     commit_ms_per_batch: float | None = None
+    phases: dict[str, float] = field(default_factory=dict)  # median ms per Spark phase
 
 
 def run_one(job: str, kind: str, rate: int, args: argparse.Namespace, services: Any,
@@ -292,7 +295,21 @@ def run_one(job: str, kind: str, rate: int, args: argparse.Namespace, services: 
     commit = report.get("commit_seconds")
     return Run(job, kind, rate, produced.n / produced.seconds, latency,
                exact and not problems, problems, batches,
-               1000 * commit / batches if batches and commit is not None else None)
+               1000 * commit / batches if batches and commit is not None else None,
+               phase_medians(report.get("spark_batches") or []))
+
+
+PHASES = ("latestOffset", "queryPlanning", "walCommit", "addBatch", "commitOffsets",
+          "triggerExecution")
+
+
+def phase_medians(durations: list[dict[str, int]]) -> dict[str, float]:
+    """Median ms of each Spark progress phase over batches that read rows (and their count)."""
+    busy = [d for d in durations if d.get("rows")]
+    if not busy:
+        return {}
+    medians = {k: float(statistics.median(d.get(k, 0) for d in busy)) for k in PHASES}
+    return {**medians, "batches": float(len(busy))}
 
 
 def _await_ready(child: subprocess.Popen, client: Any, record: str, run_dir: Path,
@@ -472,6 +489,22 @@ def table(runs: list[Run]) -> str:
     return "\n".join(lines)
 
 
+def phase_table(runs: list[Run]) -> str:
+    """Where a kstorm batch's time goes: median ms per phase of Spark's progress."""
+    mine = [r for r in runs if r.phases]
+    if not mine:
+        return ""
+    head = ["| kind | rate | batches | " + " | ".join(PHASES) + " |",
+            "| --- | ---: | ---: | " + " | ".join("---:" for _ in PHASES) + " |"]
+    rows = [f"| {r.kind} | {r.rate:,} | {r.phases['batches']:.0f} | "
+            + " | ".join(f"{r.phases[k]:.0f}" for k in PHASES) + " |" for r in mine]
+    return "\n".join([
+        "Where a kstorm batch's time goes: median milliseconds per phase of Spark's progress "
+        "over the last batches that read rows (at most 100; `addBatch` includes the read, "
+        "the bolts and the sinks' commit, `triggerExecution` is the whole batch):", "",
+        *head, *rows])
+
+
 def sustainable(runs: list[Run], job: str, kind: str, limit_s: float = 2.0) -> int | None:
     """The highest rate tried at which the job's p99 stayed within ``limit_s`` (exact)."""
     ok = [r.rate for r in runs if r.job == job and r.kind == kind and r.exact
@@ -526,7 +559,8 @@ def write(args: argparse.Namespace, runs: list[Run], wall_s: float) -> None:
                 best = sustainable(runs, job, kind)
                 lines.append(f"- {job} {kind}: highest rate tried with p99 <= 2 s: "
                              f"{f'{best:,} ev/s' if best else 'none'}")
-    lines += ["", f"![p50 and p99 per rate]({CHART.name})", ""]
+    phases = phase_table(runs)
+    lines += ["", *([phases, ""] if phases else []), f"![p50 and p99 per rate]({CHART.name})", ""]
     RESULTS.write_text("\n".join(lines))
     chart(runs, CHART)
 
@@ -578,10 +612,16 @@ def main(argv: list[str] | None = None) -> int:
                         f"exact: {'yes' if run.exact else 'NO ' + '; '.join(run.problems)}")
     print()
     print(table(runs))
+    print()
+    print(phase_table(runs))
     if not args.no_write:
         write(args, runs, time.monotonic() - began)
         print(f"\nwritten: {RESULTS}")
-    return 0 if all(r.exact for r in runs) else 1
+    if all(r.exact for r in runs):
+        shutil.rmtree(workdir, ignore_errors=True)
+        return 0
+    print(f"\nthe jobs' logs and checkpoints: {workdir}")
+    return 1
 
 
 if __name__ == "__main__":
