@@ -26,6 +26,7 @@ from bench.raw import RawResult, consume_and_aggregate
 from bench.standard import KstormRun, check_raw, cleanup, make_events, new_setup, run_kstorm
 
 RESULTS = Path(__file__).resolve().parent / "results" / "standard.md"
+CHART = RESULTS.with_suffix(".png")
 BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
 DEFAULT_MAX_OFFSETS = "500000"
 
@@ -148,13 +149,44 @@ def write_results(args: argparse.Namespace, raws: list[RawResult], runs: list[Ks
         events=args.events, produce_s=produce_s, master=args.master, raws=raws, runs=runs,
         best=best, profile_text=profile_text)
     text = RESULTS.read_text() if RESULTS.exists() else "# Standard benchmark\n\n"
-    block = f"{BEGIN}\n{block}\n{END}"
+    block = f"{BEGIN}\n{block}\n\n![throughput vs batch cap]({CHART.name})\n{END}"
     if BEGIN in text and END in text:
         head, rest = text.split(BEGIN, 1)
         text = head + block + rest.split(END, 1)[1]
     else:
         text = text.rstrip("\n") + "\n\n" + block + "\n"
     RESULTS.write_text(text)
+    chart(raws, runs, CHART)
+
+
+def chart(raws: list[RawResult], runs: list[KstormRun], path: Path) -> None:
+    """Steady events/s per batch cap, with the raw consumer's runs as lines (needs matplotlib)."""
+    try:
+        import matplotlib
+    except ImportError:
+        print(f"no chart ({path.name}): pip install -e '.[bench]' for matplotlib")
+        return
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    mine = sorted(runs, key=lambda r: r.max_offsets)
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.plot([r.max_offsets for r in mine], [r.steady_rate or r.end_to_end_rate for r in mine],
+            "o-", label="kstorm steady state")
+    for i, raw in enumerate(raws):
+        ax.axhline(raw.rate, color="grey", linestyle="--" if i == 0 else ":", linewidth=1,
+                   label=f"raw consumer (run {i + 1})")
+    ax.set_xscale("log")
+    ax.set_xticks([r.max_offsets for r in mine], [f"{r.max_offsets:,}" for r in mine])
+    ax.minorticks_off()
+    ax.set_xlabel("max_offsets_per_batch")
+    ax.set_ylabel("events/s")
+    ax.set_ylim(bottom=0)
+    ax.set_title("Standard benchmark: throughput vs batch cap")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
 
 
 if __name__ == "__main__":
