@@ -26,7 +26,8 @@ between stages is plain Python instead of a Spark exchange. A batch, here as on 
    ``kstorm.transaction.failure.policy`` applies: ``fail`` raises the runtime's error,
    ``dead-letter`` dead-letters the batch's spout tuples.
 
-At least once, a ``KafkaSpout``'s tuples are tracked as on Spark: the executors' acker
+At least once, a ``KafkaSpout``'s and a ``ListSpout``'s tuples are tracked as on Spark (a
+list row ``"b:i"`` as offset ``i`` of partition ``b``): the executors' acker
 messages go through :func:`~kstorm.acking.acker.run_acker_batch` (one in-memory store per
 acker task) and the spout side is the runtime's own (:func:`~kstorm._runtime.reliability.
 spout_batch`, :class:`~kstorm.acking.spout_tracker.SpoutTracker`): failed and timed-out
@@ -200,7 +201,7 @@ class TopologyTestDriver:
         self._tx = Transactions(self.settings.transaction_max_attempts, 0,
                                 self.settings.transaction_failure_policy, 0)
         self._closed = False
-        # at least once: Kafka spouts' tuples are tracked as on Spark (ackers, retries)
+        # at least once: Kafka and list spouts' tuples are tracked as on Spark (ackers, retries)
         self._acking = None
         if self.settings.guarantee is Guarantee.AT_LEAST_ONCE and self.settings.ackers_enabled:
             self._acking = acking_plan(topology, self.plan,
@@ -270,9 +271,10 @@ class TopologyTestDriver:
     def run(self, max_batches: int = 10_000) -> None:
         """Run the topology's spouts to completion.
 
-        Every batch of its ``ListSpout``s (batch ``b`` of each together), then its free-form
-        spouts' batches (``next_tuple``, as on Spark) until they emit nothing, then
-        :meth:`drain`.
+        Every batch of its ``ListSpout``s (batch ``b`` of each together, rows ``"b:i"``; at
+        least once with their due retries, held back at ``topology.max.spout.pending``),
+        then its free-form spouts' batches (``next_tuple``, as on Spark) until they emit
+        nothing, then :meth:`drain`.
         """
         lists = {s.id: s.component.batches for s in self.topology.spouts()
                  if source_kind(s.component) == "list"}
