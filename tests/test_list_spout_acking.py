@@ -4,7 +4,7 @@ A failed or timed-out row is re-emitted, with its message id ``"b:i"``, per the 
 ``RetryPolicy``; an acked row never again; a subclass's ``ack``/``fail`` hear of each id;
 ``topology.max.spout.pending`` holds the next list batch back. The driver runs here; the
 list source's planning (Spark's side, no JVM needed) is checked against a book; the same
-topologies run on Spark in ``integration_tests/test_list_spout_acking.py`` and
+topologies run on Spark in ``integration_tests/test_list_spout_replays.py`` and
 ``test_conformance.py``.
 """
 
