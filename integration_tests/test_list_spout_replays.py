@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
+from acking_topology import _first_time  # a marker file per id, O_EXCL: one process wins
 
 from kstorm import BaseRichBolt, Fields, TopologyBuilder
 from kstorm.testing import CaptureSink, ListSpout, run_to_completion
@@ -64,15 +65,6 @@ class FirstAttempt(BaseRichBolt):
             return  # its tree times out
         self.collector.emit([n, tuple_.values[1], msg_id], anchors=tuple_)
         self.collector.ack(tuple_)
-
-
-def _first_time(directory: str, msg_id: str) -> bool:
-    try:
-        os.close(os.open(os.path.join(directory, f"seen-{msg_id}"),
-                         os.O_CREAT | os.O_EXCL | os.O_WRONLY))
-    except FileExistsError:
-        return False
-    return True
 
 
 def _executions(directory: Path) -> list[str]:
