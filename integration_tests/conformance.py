@@ -28,6 +28,7 @@ from kstorm import (
     ICommitter,
     TopologyBuilder,
 )
+from kstorm.acking import RetryPolicy
 from kstorm.errors import FailedException
 from kstorm.testing import CaptureSink, ListSpout
 from kstorm.windowing import Count, Duration
@@ -172,6 +173,28 @@ class FailsXOnce(BaseRichBolt):
             self.collector.fail(tuple_)
             return
         self.collector.emit([word], anchors=tuple_)
+        self.collector.ack(tuple_)
+
+
+class FailsNewOnce(BaseRichBolt):
+    """At least once: fails the first attempt of each spout tuple whose id is 1 mod 4 (a
+    marker file per message id in ``user.dir``, so every process agrees); emits
+    ``(key, id, message id)`` anchored, for the others and for the replays."""
+
+    def prepare(self, conf: Any, context: Any, collector: Any) -> None:
+        self.collector, self.dir = collector, Path(conf["user.dir"])
+
+    def declare_output_fields(self, declarer: Any) -> None:
+        declarer.declare(Fields("key", "id", "msg"))
+
+    def execute(self, tuple_: Any) -> None:
+        marker = self.dir / f"failed-{tuple_.message_id}"
+        if tuple_.values[0] % 4 == 1 and not marker.exists():
+            marker.touch()
+            self.collector.fail(tuple_)
+            return
+        self.collector.emit([tuple_.values[1], tuple_.values[0], tuple_.message_id],
+                            anchors=tuple_)
         self.collector.ack(tuple_)
 
 
@@ -335,11 +358,25 @@ def batch_and_committer(directory: str) -> Built:
 
 
 def acking_failures(directory: str) -> Built:
+    """At least once, a bolt fails every id divisible by 3: replayed once, then dead-lettered."""
     b = TopologyBuilder()
-    b.set_spout("ids", ListSpout(IDS, Fields("id", "key", "n")))
+    b.set_spout("ids", ListSpout(IDS, Fields("id", "key", "n"),
+                                 retry=RetryPolicy(max_retries=1)))
     b.set_bolt("fails", Fails(), 2).shuffle_grouping("ids")
     b.set_bolt("out", CaptureSink()).shuffle_grouping("fails")
     return b.create_topology(), {"topology.guarantee": "at-least-once"}
+
+
+def list_replays(directory: str) -> Built:
+    """At least once, a bolt fails some ListSpout tuples on their first attempt: they are
+    replayed (same message ids) and counted by a stateful bolt, as if they never failed."""
+    b = TopologyBuilder()
+    b.set_spout("ids", ListSpout(IDS, Fields("id", "key", "n"), partitions=2))
+    b.set_bolt("first", FailsNewOnce(), 2).shuffle_grouping("ids")
+    b.set_bolt("count", KeyCount(), 2).fields_grouping("first", Fields("key"))
+    b.set_bolt("out", CaptureSink()).shuffle_grouping("count")
+    b.set_bolt("passed", CaptureSink()).shuffle_grouping("first")
+    return b.create_topology(), {"topology.guarantee": "at-least-once", "user.dir": directory}
 
 
 def free_form_failures(directory: str) -> Built:
@@ -360,7 +397,7 @@ TOPOLOGIES: dict[str, Callable[[str], Built]] = {
     f.__name__: f for f in (word_count, task_placement, streams, dead_letters, count_windows,
                             event_time_windows, aggregate, stateful_windows, retried_batch,
                             given_up_batch, batch_and_committer, acking_failures,
-                            free_form_failures)
+                            list_replays, free_form_failures)
 }
 
 

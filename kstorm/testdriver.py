@@ -26,7 +26,8 @@ between stages is plain Python instead of a Spark exchange. A batch, here as on 
    ``kstorm.transaction.failure.policy`` applies: ``fail`` raises the runtime's error,
    ``dead-letter`` dead-letters the batch's spout tuples.
 
-At least once, a ``KafkaSpout``'s tuples are tracked as on Spark: the executors' acker
+At least once, a ``KafkaSpout``'s and a ``ListSpout``'s tuples are tracked as on Spark (a
+list row ``"b:i"`` as offset ``i`` of partition ``b``): the executors' acker
 messages go through :func:`~kstorm.acking.acker.run_acker_batch` (one in-memory store per
 acker task) and the spout side is the runtime's own (:func:`~kstorm._runtime.reliability.
 spout_batch`, :class:`~kstorm.acking.spout_tracker.SpoutTracker`): failed and timed-out
@@ -98,7 +99,12 @@ from kstorm._runtime.transaction import Transactions
 from kstorm.acking.acker import DictStore, run_acker_batch, stale_roots
 from kstorm.acking.emits import EmitMsg, EmitTracker, Notice, SpoutEmit, emits_batch
 from kstorm.acking.ids import emit_root_id
-from kstorm.acking.offsets import KafkaMessageId
+from kstorm.acking.offsets import (
+    KafkaMessageId,
+    list_message_id,
+    list_position,
+    spout_message_id,
+)
 from kstorm.acking.retry import RetryPolicy
 from kstorm.acking.spout_tracker import SpoutTracker
 from kstorm.bolt import BaseStatefulBolt
@@ -195,7 +201,7 @@ class TopologyTestDriver:
         self._tx = Transactions(self.settings.transaction_max_attempts, 0,
                                 self.settings.transaction_failure_policy, 0)
         self._closed = False
-        # at least once: Kafka spouts' tuples are tracked as on Spark (ackers, retries)
+        # at least once: Kafka and list spouts' tuples are tracked as on Spark (ackers, retries)
         self._acking = None
         if self.settings.guarantee is Guarantee.AT_LEAST_ONCE and self.settings.ackers_enabled:
             self._acking = acking_plan(topology, self.plan,
@@ -210,6 +216,7 @@ class TopologyTestDriver:
         self._seqs: Counter[str] = Counter()
         self._scratch: str | None = None  # their logs and notices
         self._polling = False
+        self._inputs: set[str] = set()  # the spouts with input in the running batch
         if self._acking is not None:
             check_window_timeouts(topology, self._acking)
             self._ackers = {i: DictStore() for i in range(self._acking.n_ackers)}
@@ -243,8 +250,14 @@ class TopologyTestDriver:
     def run_batch(self, inputs: Mapping[str, Iterable[Sequence[Any] | Mapping[str, Any]]]
                   | None = None, *, stream: str = "default") -> None:
         """Run one batch with each spout's rows (none: a batch without input)."""
+        self._run_batch(inputs, stream=stream)
+
+    def _run_batch(self, inputs: Mapping[str, Iterable[Sequence[Any] | Mapping[str, Any]]]
+                   | None = None, *, stream: str = "default", list_batch: int | None = None
+                   ) -> None:
+        """:meth:`run_batch`; ``list_batch``: the list spouts' batch index (their ids' ``b``)."""
         self._check_open()
-        tuples = {spout: self._tuples(spout, list(rows), stream)
+        tuples = {spout: self._tuples(spout, list(rows), stream, list_batch)
                   for spout, rows in (inputs or {}).items()}
         if self.settings.acks_on_emit:  # seed 003: at most once, ack right after emit
             for spout, emitted in tuples.items():
@@ -258,20 +271,41 @@ class TopologyTestDriver:
     def run(self, max_batches: int = 10_000) -> None:
         """Run the topology's spouts to completion.
 
-        Every batch of its ``ListSpout``s (batch ``b`` of each together), then its free-form
-        spouts' batches (``next_tuple``, as on Spark) until they emit nothing, then
-        :meth:`drain`.
+        Every batch of its ``ListSpout``s (batch ``b`` of each together, rows ``"b:i"``; at
+        least once with their due retries, held back at ``topology.max.spout.pending``),
+        then its free-form spouts' batches (``next_tuple``, as on Spark) until they emit
+        nothing, then :meth:`drain`.
         """
         lists = {s.id: s.component.batches for s in self.topology.spouts()
                  if source_kind(s.component) == "list"}
         for b in range(max((len(v) for v in lists.values()), default=0)):
-            self.run_batch({s: batches[b] for s, batches in lists.items() if b < len(batches)})
+            self._await_room(lists)
+            self._run_batch({s: batches[b] for s, batches in lists.items() if b < len(batches)},
+                            list_batch=b)
         self._polling = any(source_kind(s.component) == "next_tuple"
                             for s in self.topology.spouts())
         for _ in range(max_batches if self._polling else 0):
             if not self._poll_batch():
                 break
         self.drain()
+
+    def _await_room(self, lists: Mapping[str, Any], max_batches: int = 1_000) -> None:
+        """Hold the next list batch back while ``topology.max.spout.pending`` tuples wait.
+
+        As on Spark, a list batch starts only while fewer of its spout's tuples are
+        un-acked; until then batches run the due retries (the clock moves to the next).
+        """
+        cap = self.settings.max_spout_pending
+        for _ in range(max_batches if cap is not None else 0):
+            full = [t for s, t in self._trackers.items()
+                    if s in lists and t.pending_count + t.waiting_count >= cap]
+            times = [t for tracker in full
+                     for t in (tracker.next_retry_at(), tracker.next_timeout_at())
+                     if t is not None]
+            if not times:
+                return
+            self.now_ms = max(self.now_ms, min(times))
+            self.run_batch()
 
     def drain(self, max_batches: int = 1_000) -> None:
         """At least once: run batches until no spout tuple is pending or waiting to retry.
@@ -376,7 +410,8 @@ class TopologyTestDriver:
 
     # -- spout tuples ----------------------------------------------------------------------
 
-    def _tuples(self, spout: str, rows: list[Any], stream: str) -> list[Tuple]:
+    def _tuples(self, spout: str, rows: list[Any], stream: str,
+                list_batch: int | None = None) -> list[Tuple]:
         spec = self.topology.components.get(spout)
         if spec is None or not spec.is_spout:
             msg = f"no spout {spout!r} (spouts: {[s.id for s in self.topology.spouts()]})"
@@ -398,7 +433,10 @@ class TopologyTestDriver:
                 if spout in self._records:
                     self._records[spout][KafkaMessageId(*message_id)] = values
             elif kind == "list":
-                message_id = f"{self.batch_id}:{i}"
+                message_id = list_message_id(
+                    self.batch_id if list_batch is None else list_batch, i)
+                if spout in self._records:
+                    self._records[spout][list_position(message_id)] = values
             elif kind == "transactional" and len(values) == len(fields) - 1:
                 values = [None, *values]  # its TransactionAttempt, set by each attempt
             out.append(Tuple(values, fields, spout, stream, message_id))
@@ -504,6 +542,7 @@ class TopologyTestDriver:
     def _batch(self, tuples: dict[str, list[Tuple]]) -> None:
         batch_id, txid = self.batch_id, self.batch_id
         attempt = 0
+        self._inputs = set(tuples)  # the spouts with a batch of their own (not only retries)
         retries = self._retries(tuples)
         while True:
             saved = self._save()
@@ -533,12 +572,17 @@ class TopologyTestDriver:
     def _retries(self, tuples: dict[str, list[Tuple]]) -> dict[str, list[tuple]]:
         """At least once: the failed records due by now join the batch (attempt n)."""
         out: dict[str, list[tuple]] = {}
+        cap = self.settings.max_spout_pending
         for spout, tracker in self._trackers.items():
             fields = self.topology.components[spout].streams["default"]
-            due = [m for at, m in tracker.waiting() if at <= self.now_ms]
+            due = sorted((at, m) for at, m in tracker.waiting() if at <= self.now_ms)
+            due = [m for _, m in due][:None if cap is None else max(cap, 1)]  # as on Spark
             replays = []
             for m in due:
-                t = Tuple(list(self._records[spout][m]), fields, spout, "default", tuple(m))
+                message_id = spout_message_id(m)  # a list row's "b:i", a record's position
+                if isinstance(message_id, KafkaMessageId):
+                    message_id = tuple(message_id)
+                t = Tuple(list(self._records[spout][m]), fields, spout, "default", message_id)
                 t._ids = (tracker.num_fails(m), self.now_ms)
                 replays.append(t)
             for t in tuples.get(spout, []):
@@ -579,7 +623,7 @@ class TopologyTestDriver:
                                     pending[task], events[task], out.counters)
             out.counters[f"{spout}.acked"] += acked[task]
             apply_decisions(spout, self._spouts[spout], tracker.retry.max_retries, decisions,
-                            out, fetch=lambda _spout, _ids: {})
+                            out, fetch=lambda _spout, _ids: {}, row_of=self._records[spout].get)
         done.counters.update(out.counters)
         done.dead_letters.extend(out.dead_letters)
 
@@ -739,10 +783,21 @@ class TopologyTestDriver:
         """The Spark partitions a spout's rows of one batch arrive in."""
         component = self.topology.components[spout].component
         kind = source_kind(component)
-        if kind == "list":
-            n = max(1, min(component.partitions, len(ts)))
-            step = -(-len(ts) // n) if ts else 0
-            return [(i, ts[i * step:(i + 1) * step]) for i in range(n)]
+        if kind == "list":  # the list source's: the batch's row ranges, then its retries
+            first = [t for t in ts if not _retried(t)]
+            parts: list[tuple[int, list[Tuple]]] = []
+            if first or spout in self._inputs:
+                n = max(1, min(component.partitions, len(first)))
+                step = -(-len(first) // n) if first else 0
+                parts = [(i, first[i * step:(i + 1) * step]) for i in range(n)]
+            retried: dict[int, list[Tuple]] = defaultdict(list)
+            for t in ts:
+                if _retried(t):
+                    retried[list_position(t.message_id).partition].append(t)
+            for b in sorted(retried):
+                rows = sorted(retried[b], key=lambda t: list_position(t.message_id).offset)
+                parts.append((len(parts), rows))
+            return parts
         if kind == "kafka":
             by: dict[int, list[Tuple]] = defaultdict(list)
             order: dict[tuple[str, int], int] = {}
@@ -969,6 +1024,11 @@ def _fresh(t: Tuple) -> Tuple:
     c = copy.copy(t)
     c.values = list(t.values)
     return c
+
+
+def _retried(t: Tuple) -> bool:
+    """Whether a tracked spout tuple is a retry (its attempt, set by ``_retries``, is > 0)."""
+    return isinstance(t._ids, tuple) and t._ids[0] > 0
 
 
 def _by_task(arrived: list[tuple[int, Tuple]]) -> dict[int, list[tuple[int, Tuple]]]:

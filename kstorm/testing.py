@@ -31,9 +31,10 @@ from typing import Any
 
 import pyarrow as pa
 
+from kstorm.acking.retry import RetryPolicy
 from kstorm.component import OutputFieldsDeclarer
 from kstorm.config import TopologyConfig
-from kstorm.errors import TopologyError
+from kstorm.errors import ConfigError, TopologyError
 from kstorm.sink import BaseSink, Offsets, SinkBatch, SinkContext
 from kstorm.spout import BaseRichSpout
 from kstorm.testdriver import TopologyTestDriver  # noqa: F401 - re-exported
@@ -50,15 +51,28 @@ class ListSpout(BaseRichSpout):
             lists and dicts of them), with one type per field.
         fields: the output fields.
         partitions: how many Spark partitions (spout tasks) each batch is split into.
+        retry: at least once (``topology.guarantee``): when to re-emit a row whose tuple
+            tree failed or timed out, and after how many retries it is dead-lettered
+            (default, as ``KafkaSpout``'s: storm-kafka-client's backoff, unlimited retries;
+            give a bolt that always fails some rows a ``RetryPolicy(max_retries=n)``).
+
+    Row ``i`` of batch ``b`` has the message id ``"b:i"``. At least once each row is tracked
+    as a ``KafkaSpout`` record is: a failed or timed-out row is re-emitted, with its message
+    id, in a later batch, and a subclass's ``ack(msg_id)``/``fail(msg_id)`` run on the
+    driver, on a copy of the spout.
     """
 
     source_kind = "list"  # read by the runtime's list source, never through next_tuple
 
     def __init__(self, batches: Sequence[Sequence[Sequence[Any]]], fields: Fields, *,
-                 partitions: int = 1) -> None:
+                 partitions: int = 1, retry: RetryPolicy | None = None) -> None:
         self.fields = fields
         self.batches = [[list(row) for row in batch] for batch in batches]
         self.partitions = partitions
+        if retry is not None and not isinstance(retry, RetryPolicy):
+            msg = f"ListSpout retry: expected a kstorm.acking.RetryPolicy, got {retry!r}"
+            raise ConfigError(msg)
+        self.retry = retry
         for b, batch in enumerate(self.batches):
             for r, row in enumerate(batch):
                 if len(row) != len(fields):

@@ -3,8 +3,6 @@
 import pickle
 import struct
 
-import pytest
-
 from kstorm import BaseBasicBolt, BaseRichBolt, FailedException, Fields, KafkaSpout, TopologyBuilder
 from kstorm._ids import ACKER_COMPONENT
 from kstorm._runtime.batch import BatchOffsets
@@ -317,21 +315,30 @@ def test_driver_acks_retries_times_out_and_dead_letters(tmp_path, monkeypatch):
     assert book_of(1, again.trackers["lines"], again.ends["lines"]) == book
 
 
-@pytest.mark.parametrize("spout_kind", ["list", "window-only"])
-def test_list_spouts_and_spouts_read_only_by_aggregates_are_not_tracked(spout_kind):
+def test_list_spouts_are_tracked_and_spouts_read_only_by_aggregates_are_not():
     from kstorm.testing import ListSpout
     from kstorm.windowing import Duration
     from kstorm.windowing.aggregate import Agg, WindowedAggregate
 
+    class Acks(ListSpout):
+        def ack(self, msg_id):
+            pass
+
     b = TopologyBuilder()
-    if spout_kind == "list":
-        b.set_spout("lines", ListSpout([[("a",)]], Fields("line")))
-        b.set_bolt("split", Split()).shuffle_grouping("lines")
-    else:
-        b.set_spout("lines", KafkaSpout("t", value_serde=StringSerde(field="line")))
-        agg = (WindowedAggregate(key="line", n=Agg.count())
-               .with_tumbling_window(Duration.seconds(10)).with_timestamp_field("offset"))
-        b.set_bolt("agg", agg).fields_grouping("lines", Fields("line"))
-        b.set_bolt("out", CaptureSink()).shuffle_grouping("agg")
+    b.set_spout("lines", ListSpout([[("a",)]], Fields("line")))
+    b.set_spout("acks", Acks([[("a",)]], Fields("line")))
+    b.set_bolt("split", Split()).shuffle_grouping("lines").shuffle_grouping("acks")
+    topology = b.create_topology()
+    tracked = acking_plan(topology, compile_plan(topology), n_ackers=1, timeout_ms=1)
+    assert set(tracked.spout_tasks) == {"lines", "acks"}
+    # only the spout with its own ack hears of each ack
+    assert tracked.report_acks == {tracked.spout_tasks["acks"]}
+
+    b = TopologyBuilder()
+    b.set_spout("lines", KafkaSpout("t", value_serde=StringSerde(field="line")))
+    agg = (WindowedAggregate(key="line", n=Agg.count())
+           .with_tumbling_window(Duration.seconds(10)).with_timestamp_field("offset"))
+    b.set_bolt("agg", agg).fields_grouping("lines", Fields("line"))
+    b.set_bolt("out", CaptureSink()).shuffle_grouping("agg")
     topology = b.create_topology()
     assert acking_plan(topology, compile_plan(topology), n_ackers=1, timeout_ms=1) is None

@@ -43,6 +43,7 @@ from kstorm.acking.anchoring import AnchorTracker, TrackedTuple
 from kstorm.acking.emits import SpoutEmit
 from kstorm.acking.ids import TupleIdGenerator, root_id_for
 from kstorm.acking.messages import MessageId
+from kstorm.acking.offsets import list_position
 from kstorm.acking.outbox import AckerOutbox
 from kstorm.bolt import (
     BaseBasicBolt,
@@ -327,7 +328,8 @@ class StageExecutor:
                 tup._ids = None
                 return
             attempt, now = tup._ids if tup._ids is not None else (0, None)
-            topic, part, offset = tup.message_id
+            where = tup.message_id  # (topic, partition, offset), or a list row's "b:i"
+            topic, part, offset = list_position(where) if isinstance(where, str) else where
             root = root_id_for(self._spout_task, topic, part, offset, attempt)
             tuple_id = self._idgen.next_id()
             self._outbox.init(root, self._spout_task, tuple_id, (topic, part, offset, attempt),

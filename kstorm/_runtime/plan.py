@@ -131,10 +131,12 @@ def acking_plan(topology: StormTopology, plan: Plan, *, n_ackers: int,
                 timeout_ms: int) -> AckingPlan | None:
     """Which spouts are tracked (at-least-once), and how.
 
-    Tracked: Kafka and free-form (``next_tuple``) spouts read by at least one bolt that is
-    not a built-in windowed aggregate (those, and sinks, run in the commit phase, where the
-    batch itself covers them). A Kafka spout's failed tuples are replayed from their offsets;
-    a free-form spout's ``fail`` is called and it re-emits them itself (seed 001).
+    Tracked: Kafka, list and free-form (``next_tuple``) spouts read by at least one bolt
+    that is not a built-in windowed aggregate (those, and sinks, run in the commit phase,
+    where the batch itself covers them). A Kafka spout's failed tuples are replayed from
+    their offsets, a list spout's from its rows (row ``i`` of batch ``b`` as offset ``i`` of
+    partition ``b``); a free-form spout's ``fail`` is called and it re-emits them itself
+    (seed 001).
 
     Returns None when no spout is tracked.
     """
@@ -142,7 +144,7 @@ def acking_plan(topology: StormTopology, plan: Plan, *, n_ackers: int,
     report: set[int] = set()
     for index, spec in enumerate(topology.spouts()):
         spout = spec.component
-        if source_kind(spout) not in ("kafka", "next_tuple"):
+        if source_kind(spout) not in ("kafka", "list", "next_tuple"):
             continue
         readers = [c for c, _ in topology.consumers(spec.id)
                    if not plan.on_driver(c) and not plan.stage(c).native_window]

@@ -18,6 +18,12 @@ records waiting for a retry. For batch ``b``:
    spout's :class:`SpoutBook` (committable offsets = lowest un-acked offset per partition,
    waiting retries, next timeout) for its source to plan the next batch with.
 
+A list spout (``ListSpout``) is a Kafka spout here: its row ``i`` of batch ``b`` is offset
+``i`` of partition ``b`` of the topic :data:`~kstorm.acking.offsets.LIST_TOPIC`, so the same
+tracker and book plan its retries; its ``ack``/``fail`` get the row's ``"b:i"``, its dead
+letters carry the row's values, and it has no committable offsets (it starts from its first
+batch whatever the sinks stored).
+
 A free-form spout (``next_tuple``) is tracked the same way up to step 3, with an
 :class:`~kstorm.acking.emits.EmitTracker` instead: its tuples are not replayed by kstorm but
 by the spout, so the trees that ended (acked, failed, timed out) become notices, written in
@@ -46,7 +52,7 @@ from kstorm.acking.decisions import SpoutAction, SpoutDecision
 from kstorm.acking.emits import EmitTracker, Notice, emits_batch
 from kstorm.acking.ids import root_id_for
 from kstorm.acking.messages import Outcome
-from kstorm.acking.offsets import KafkaMessageId
+from kstorm.acking.offsets import LIST_TOPIC, KafkaMessageId, spout_message_id
 from kstorm.acking.replay import SpoutBook, committable_offsets, read_marks
 from kstorm.acking.retry import RetryPolicy
 from kstorm.acking.spout_tracker import SpoutTracker
@@ -83,6 +89,8 @@ class SpoutReliability:
         self.retry: dict[str, RetryPolicy] = {}
         self.free = {s for s in acking.spout_tasks
                      if source_kind(topology.components[s].component) == "next_tuple"}
+        self.lists = {s for s in acking.spout_tasks
+                      if source_kind(topology.components[s].component) == "list"}
         for spout_id in acking.spout_tasks:
             declared = topology.components[spout_id].component
             if spout_id in self.free:
@@ -186,6 +194,8 @@ class SpoutReliability:
         """
         marks: dict[str, dict[str, dict[str, int]]] = {}
         for spout_id, tracker in out.trackers.items():
+            if spout_id in self.lists:
+                continue  # a list spout starts from its first batch again
             book = book_of(batch_id, tracker, out.ends[spout_id])
             per_topic: dict[str, dict[str, int]] = {}
             for (topic, part), offset in book.committable.items():
@@ -249,11 +259,12 @@ def spout_batch(spout_id: str, task: int, tracker: SpoutTracker, now: int,
 
 def apply_decisions(spout_id: str, spout: Any, max_retries: int | None,
                     decisions: list[SpoutDecision], out: BatchOutcome,
-                    fetch: Any = None) -> None:
+                    fetch: Any = None, row_of: Any = None) -> None:
     """The spout's side of ``decisions``.
 
     Its ``ack``/``fail`` (when it overrides them), the counters, and a dead letter per
-    message out of retries (``fetch`` reads their raw values back; default: from Kafka).
+    message out of retries (``fetch`` reads a record's raw value back, default: from Kafka;
+    ``row_of`` a list row's values, default: from the spout's batches).
     """
     calls_ack = type(spout).ack is not BaseRichSpout.ack
     calls_fail = type(spout).fail is not BaseRichSpout.fail
@@ -262,26 +273,34 @@ def apply_decisions(spout_id: str, spout: Any, max_retries: int | None,
         if d.action is SpoutAction.ACK:
             out.counters[f"{spout_id}.acked"] += 1
             if calls_ack:
-                spout.ack(d.msg_id)
+                spout.ack(spout_message_id(d.msg_id))
             continue
         out.counters[f"{spout_id}.{d.outcome.value}"] += 1
         if calls_fail:
-            spout.fail(d.msg_id)
+            spout.fail(spout_message_id(d.msg_id))
         if d.action is SpoutAction.DEAD_LETTER:
             dead.append(d)
     if dead:
         out.counters[f"{spout_id}.dead_lettered"] += len(dead)
-        raw = (fetch or _fetch_values)(spout, [d.msg_id for d in dead])
+        records = [d.msg_id for d in dead if d.msg_id.topic != LIST_TOPIC]
+        raw = (fetch or _fetch_values)(spout, records) if records else {}
         for d in dead:
-            t, p, o = d.msg_id
             why = "timed out" if d.outcome is Outcome.TIMED_OUT else "failed"
-            message = (f"spout tuple {t}[{p}]@{o} {why} on its last attempt "
-                       f"({d.num_fails} failures, max_retries={max_retries})")
             error = "TupleTimedOut" if d.outcome is Outcome.TIMED_OUT else "TupleFailed"
+            t, p, o = d.msg_id
+            if t == LIST_TOPIC:  # a list row: its values, as a given-up batch's show them
+                what = f"spout tuple {spout_message_id(d.msg_id)!r}"
+                found = row_of(d.msg_id) if row_of is not None else spout.batches[p][o]
+                row = dict(zip(spout.fields, found, strict=True))
+                values, t, p, o = repr(row)[:10_000], None, None, None
+            else:
+                what, values = f"spout tuple {t}[{p}]@{o}", None
             out.dead_letters.append({
                 "component": spout_id, "stream": "default", "error_type": error,
-                "message": message, "values": None, "topic": t, "partition": p,
-                "offset": o, "raw": raw.get(d.msg_id)})
+                "message": (f"{what} {why} on its last attempt ({d.num_fails} failures, "
+                            f"max_retries={max_retries})"),
+                "values": values, "topic": t, "partition": p, "offset": o,
+                "raw": raw.get(d.msg_id)})
 
 
 def lowest_unacked(offsets: Any, marks: bytes) -> dict[str, dict[int, int]]:

@@ -26,7 +26,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from kstorm._runtime.checkpoint import CheckpointLayout
-from kstorm._runtime.envelope import ENVELOPE_DDL, NOW_COLUMN
+from kstorm._runtime.envelope import ATTEMPT_COLUMN, ENVELOPE_DDL, NOW_COLUMN, PLANNED_COLUMN
 from kstorm._runtime.plan import AckingPlan, PartitionKind, Plan, Stage, source_kind
 from kstorm._spark.sources import read_spout
 from kstorm._spark.stage import StageContext, StageRunner, stateful_processor
@@ -209,7 +209,8 @@ def _partition_raw(frame: DataFrame, stage: Stage, topology: StormTopology) -> D
     if p.kind is PartitionKind.HASH and not p.fields:
         # a batch bolt's shuffle: spread over its tasks, the same on every replay (a
         # record's position when the spout has one, else its content)
-        where = [c for c in ("partition", "offset") if c in frame.columns] or frame.columns
+        where = [c for c in ("partition", "offset") if c in frame.columns] or [
+            c for c in frame.columns if c not in (ATTEMPT_COLUMN, PLANNED_COLUMN)]
         task = F.pmod(F.xxhash64(*[F.col(c) for c in where]), F.lit(n)).cast("int")
     elif p.kind is PartitionKind.HASH:
         task = F.pmod(F.xxhash64(*[F.col(f) for f in p.fields]), F.lit(n)).cast("int")

@@ -54,7 +54,7 @@ from kstorm._kafka.offsets import (
 )
 from kstorm._runtime.envelope import ATTEMPT_COLUMN, CLOCK_COLUMN, PLANNED_COLUMN
 from kstorm._spark.gc_control import freeze_imports
-from kstorm.acking.replay import SpoutBook, read_marks
+from kstorm.acking.replay import SpoutBook, next_batch, read_marks
 from kstorm.acking.replay import marks as acking_marks
 from kstorm.errors import ConfigError
 from kstorm.kafka_spout import EARLIEST, LATEST, KafkaSpout
@@ -66,7 +66,6 @@ CLOCKS_OPTION = "kstorm.clocks_file"
 FUSED_OPTION = "kstorm.fused_stage"  # a stage run inside read(): rows never reach the JVM
 ACK_ON_EMIT_OPTION = "kstorm.ack_on_emit"  # at most once, a spout with its own ack: "1"
 ACKING_OPTION = "kstorm.acking"  # tracked spout (at-least-once): {"book": path, "max_pending"}
-MAX_IDLE_WAIT_S = 1.0  # available-now: re-check un-acked tuples at least this often
 
 
 def spark_schema(spout: KafkaSpout) -> StructType:
@@ -216,17 +215,17 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # At-least-once: max.spout.pending limits new offsets; due retries and timeouts make
         # a batch even without new records (available-now waits for them: nothing may be
         # left un-acked when the run ends).
-        while True:
-            now = int(time.time() * 1000)
-            plan = book.plan(now, self.acking.get("max_pending") if self.acking else None)
-            limit_new = cap if plan.new_cap is None else min(cap or plan.new_cap, plan.new_cap)
+        def new_end(new_cap: int | None) -> tuple[Offsets, bool]:
+            limit_new = cap if new_cap is None else min(cap or new_cap, new_cap)
             end = plan_end(begin, latest, earliest, limit_new, self._target)
-            if end != begin or plan.has_work:
-                break
-            wait = book.wait_ms(now)
-            if self._target is None or wait is None:
-                return start
-            time.sleep(min(wait / 1000, MAX_IDLE_WAIT_S) + 0.001)
+            return end, end != begin
+
+        found = next_batch(book, self.acking.get("max_pending") if self.acking else None,
+                           new_end, waits=self._target is not None,
+                           clock_ms=lambda: int(time.time() * 1000), sleep=time.sleep)
+        if found is None:
+            return start
+        now, plan, end = found
         self._planned = True
         tracked = acking_marks(now, plan.retries)
         return {**to_json(end), **stream_clocks(self.clocks_file), **tracked}
@@ -342,13 +341,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _book(self) -> SpoutBook | None:
         """The commit phase's latest book for this spout (tracked spouts only)."""
-        if self.acking is None:
-            return None
-        try:
-            with open(self.acking["book"]) as f:
-                return SpoutBook.from_json(f.read())
-        except FileNotFoundError:
-            return SpoutBook(-1)
+        return None if self.acking is None else SpoutBook.load(self.acking["book"])
 
     def _discover(self, force: bool = False) -> list[TopicPartition]:
         now = time.monotonic()

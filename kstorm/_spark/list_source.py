@@ -1,9 +1,17 @@
-"""The streaming source behind :class:`kstorm.testing.ListSpout`: one list batch per micro-batch."""
+"""The streaming source behind :class:`kstorm.testing.ListSpout`: one list batch per micro-batch.
+
+At least once (a tracked spout) it plans as the Kafka source does (``kafka_source.py``), its
+rows in the Kafka id space (row ``i`` of batch ``b`` is offset ``i`` of partition ``b``): the
+commit phase's book gives the due retries, recorded in the end offset (``@acking``) and read
+back as one task per retried batch, and an available-now run waits while rows are un-acked.
+"""
 
 from __future__ import annotations
 
 import base64
 import pickle
+import time
+from collections import defaultdict
 from collections.abc import Iterator
 from typing import Any
 
@@ -19,7 +27,10 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from kstorm._kafka.clocks import CLOCKS_KEY, clock_of, stream_clocks
-from kstorm._runtime.envelope import CLOCK_COLUMN, MSGID_COLUMN
+from kstorm._runtime.envelope import ATTEMPT_COLUMN, CLOCK_COLUMN, MSGID_COLUMN, PLANNED_COLUMN
+from kstorm.acking.offsets import list_message_id
+from kstorm.acking.replay import SpoutBook, next_batch, read_marks
+from kstorm.acking.replay import marks as acking_marks
 
 NAME = "kstorm_list"
 
@@ -31,6 +42,8 @@ class _Reader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.schema: pa.Schema = spec["schema"]
         self.partitions_per_batch: int = spec["partitions"]
         self.pmax_file: str | None = spec.get("pmax_file")
+        # At least once: the commit phase's book path and topology.max.spout.pending.
+        self.acking: dict[str, Any] | None = spec.get("acking")
         self.target: int | None = None
 
     def initialOffset(self) -> dict:
@@ -43,33 +56,65 @@ class _Reader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.target = len(self.batches)
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
-        end = self.target if self.target is not None else len(self.batches)
-        if not isinstance(limit, ReadAllAvailable):
-            end = min(int(start["batch"]) + 1, end)
-        if end == int(start["batch"]):
+        begin = int(start["batch"])
+        last = self.target if self.target is not None else len(self.batches)
+
+        def new_end(new_cap: int | None) -> tuple[int, bool]:
+            # (max.spout.pending: a whole list batch joins while fewer tuples are un-acked)
+            end = last if isinstance(limit, ReadAllAvailable) else min(begin + 1, last)
+            end = begin if new_cap is not None and new_cap <= 0 else max(begin, end)
+            return end, end != begin
+
+        if self.acking is None:
+            end, moved = new_end(None)
+            return {"batch": end, **stream_clocks(self.pmax_file)} if moved else start
+        # tracked (at least once), as a Kafka spout: due retries and time-outs make a batch,
+        # and an available-now run waits for them (kstorm/acking/replay.py)
+        found = next_batch(SpoutBook.load(self.acking["book"]), self.acking.get("max_pending"),
+                           new_end, waits=self.target is not None,
+                           clock_ms=lambda: int(time.time() * 1000), sleep=time.sleep)
+        if found is None:
             return start
-        return {"batch": end, **stream_clocks(self.pmax_file)}
+        now, plan, end = found
+        return {"batch": end, **stream_clocks(self.pmax_file), **acking_marks(now, plan.retries)}
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+        """Each new batch split in ``partitions`` row ranges, then one task per batch retried.
+
+        A partition is ``(batch, rows, attempts, clock, planned)``: ``attempts`` None for
+        first emits, else each row's (the retries recorded in ``end``).
+        """
         pmax = clock_of(end.get(CLOCKS_KEY, {}), "0")
+        now, retries = read_marks(end)
         parts = []
         for b in range(int(start["batch"]), int(end["batch"])):
             rows = len(self.batches[b])
             n = max(1, min(self.partitions_per_batch, rows))
             step = -(-rows // n) if rows else 0
-            parts += [InputPartition((b, i * step, min(rows, (i + 1) * step), pmax))
-                      for i in range(n)]
+            parts += [InputPartition((b, range(i * step, min(rows, (i + 1) * step)), None,
+                                      pmax, now)) for i in range(n)]
+        by_batch: dict[int, list[tuple[int, int]]] = defaultdict(list)
+        for _, b, i, attempt in retries:
+            by_batch[b].append((i, attempt))
+        for b, found in sorted(by_batch.items()):
+            found.sort()
+            parts.append(InputPartition((b, [i for i, _ in found], [a for _, a in found],
+                                         pmax, now)))
         return parts
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        b, lo, hi, pmax = partition.value
-        rows = self.batches[b][lo:hi]
+        b, indices, attempts, pmax, now = partition.value
+        rows = [self.batches[b][i] for i in indices]
         names = [f.name for f in self.schema if not f.name.startswith("__")]
         columns = [pa.array([r[i] for r in rows], type=self.schema.field(n).type)
                    for i, n in enumerate(names)]
-        ids = pa.array([f"{b}:{i}" for i in range(lo, hi)], pa.string())
-        extra = [pa.array([pmax] * len(rows), pa.int64())] if self.pmax_file else []
-        yield pa.RecordBatch.from_arrays([*columns, ids, *extra], schema=self.schema)
+        columns.append(pa.array([list_message_id(b, i) for i in indices], pa.string()))
+        if self.pmax_file:
+            columns.append(pa.array([pmax] * len(rows), pa.int64()))
+        if self.acking is not None:
+            columns.append(pa.array(attempts or [0] * len(rows), pa.int32()))
+            columns.append(pa.array([now] * len(rows), pa.int64()))
+        yield pa.RecordBatch.from_arrays(columns, schema=self.schema)
 
     def commit(self, end: dict) -> None:
         pass
@@ -91,14 +136,22 @@ class ListSource(DataSource):
 
 
 def read_list_spout(spark: SparkSession, batches: list[list[list[Any]]], schema: pa.Schema,
-                    partitions: int, pmax_file: str | None = None) -> DataFrame:
-    """A streaming DataFrame over ``batches`` (rows typed by ``schema`` + ``__msgid``)."""
+                    partitions: int, pmax_file: str | None = None,
+                    acking: dict[str, Any] | None = None) -> DataFrame:
+    """A streaming DataFrame over ``batches`` (rows typed by ``schema`` + ``__msgid``).
+
+    ``acking`` (at least once, a tracked spout): its book's path and
+    ``topology.max.spout.pending``; rows then also carry their attempt and planned time.
+    """
     spark.dataSource.register(ListSource)
     full = schema.append(pa.field(MSGID_COLUMN, pa.string()))
     if pmax_file:
         full = full.append(pa.field(CLOCK_COLUMN, pa.int64()))
+    if acking is not None:
+        full = (full.append(pa.field(ATTEMPT_COLUMN, pa.int32()))
+                .append(pa.field(PLANNED_COLUMN, pa.int64())))
     spec = base64.b64encode(pickle.dumps(
         {"batches": batches, "schema": full, "partitions": partitions,
-         "pmax_file": pmax_file})).decode()
+         "pmax_file": pmax_file, "acking": acking})).decode()
     return (spark.readStream.format(NAME).schema(from_arrow_schema(full))
             .option("spec", spec).load())

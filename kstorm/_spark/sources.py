@@ -24,7 +24,7 @@ def read_spout(spark: SparkSession, spec: ComponentSpec, settings: TopologyConfi
                spout_task: int | None = None) -> DataFrame:
     """The raw rows of spout ``spec`` (its output fields, plus ids and error columns).
 
-    ``acking``: the spout is tracked (at-least-once; Kafka spouts only): its book's path
+    ``acking``: the spout is tracked (at-least-once; Kafka and list spouts): its book's path
     and ``topology.max.spout.pending``. A free-form spout (``next_tuple``) needs its
     source stage as ``fused`` (its rows leave as envelope rows), the topology's name and
     ``conf`` (for ``open``), and the checkpoint ``layout`` (its batch log lives there). A
@@ -42,7 +42,8 @@ def read_spout(spark: SparkSession, spec: ComponentSpec, settings: TopologyConfi
     if kind == "list":
         from kstorm._spark.list_source import read_list_spout
 
-        return read_list_spout(spark, spout.batches, spout.schema, spout.partitions, pmax_file)
+        return read_list_spout(spark, spout.batches, spout.schema, spout.partitions, pmax_file,
+                               acking)
     if kind == "transactional":
         return _read_transactional(spark, spec, topology_name, conf, fused, layout,
                                    txid_base, seeds or {})

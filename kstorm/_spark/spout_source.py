@@ -51,13 +51,12 @@ from kstorm._runtime.spout_executor import BatchBounds, SpoutExecutor
 from kstorm._runtime.spout_log import SpoutLog
 from kstorm._runtime.spout_notices import NoticeBook
 from kstorm.acking.ids import emit_root_id
-from kstorm.acking.replay import marks, read_marks
+from kstorm.acking.replay import MAX_IDLE_WAIT_S, marks, read_marks
 from kstorm.component import TopologyContext
 from kstorm.spout import BaseRichSpout
 from kstorm.tuple import Fields
 
 FORMAT = "kstorm_spout"
-MAX_IDLE_WAIT_S = 1.0  # available-now: re-check pending trees (and the spout) this often
 SPEC_OPTION = "kstorm.spout"
 ROW_DDL = "__stream string, __vals binary"
 log = logging.getLogger("kstorm.spout")

@@ -22,7 +22,7 @@ Example:
 from __future__ import annotations
 
 import heapq
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from kstorm.errors import KstormError
 
@@ -40,6 +40,37 @@ class KafkaMessageId(NamedTuple):
     def topic_partition(self) -> TopicPartition:
         """``(topic, partition)``."""
         return (self.topic, self.partition)
+
+
+LIST_TOPIC = "@list"
+"""The topic of ``ListSpout`` rows in the Kafka id space (``@``: never a Kafka topic name).
+
+A list spout's row ``i`` of batch ``b`` (message id ``"b:i"``) is tracked as offset ``i`` of
+partition ``b``: its retries, root ids, acker messages and book are a Kafka record's.
+"""
+
+
+def list_message_id(batch: int, row: int) -> str:
+    """The message id of a ``ListSpout``'s row ``row`` of batch ``batch``.
+
+    Example:
+        >>> list_message_id(2, 5), list_position("2:5")
+        ('2:5', KafkaMessageId(topic='@list', partition=2, offset=5))
+    """
+    return f"{batch}:{row}"
+
+
+def list_position(msg_id: str) -> KafkaMessageId:
+    """Where a ``ListSpout`` row's message id ``"b:i"`` sits in the Kafka id space."""
+    batch, _, row = msg_id.partition(":")
+    return KafkaMessageId(LIST_TOPIC, int(batch), int(row))
+
+
+def spout_message_id(msg_id: KafkaMessageId) -> Any:
+    """The message id a spout's ``ack``/``fail`` receive: ``"b:i"`` for a list row."""
+    if msg_id.topic == LIST_TOPIC:
+        return list_message_id(msg_id.partition, msg_id.offset)
+    return msg_id
 
 
 class _PartitionOffsets:

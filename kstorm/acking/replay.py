@@ -1,4 +1,4 @@
-"""Un-acked tuples of a Kafka spout: what its source needs to plan the next batch.
+"""Un-acked tuples of a Kafka (or list) spout: what its source needs to plan the next batch.
 
 After each batch the driver writes a :class:`SpoutBook` for every tracked spout: the offsets
 its consumer group may commit (never past an un-acked offset), the failed messages waiting
@@ -6,7 +6,9 @@ for their retry, when the oldest pending tree times out, and how many tuples are
 The source (a separate process, Spark's) reads it in ``latestOffset`` and adds to the next
 batch's end offsets, under :data:`ACKING_KEY`, the retries that are due and the time it
 planned the batch at. Spark writes those end offsets to its offset log before the batch
-runs, so a replay of the batch re-emits the same retries with the same time.
+runs, so a replay of the batch re-emits the same retries with the same time. Both sources
+plan with :func:`next_batch` (a list spout's rows are records of the topic
+:data:`~kstorm.acking.offsets.LIST_TOPIC`).
 
 Example:
     >>> book = SpoutBook(batch_id=3, committable={("t", 0): 7},
@@ -21,13 +23,18 @@ Example:
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
+
+MAX_IDLE_WAIT_S = 1.0
+"""An available-now source waiting for un-acked tuples looks at its book this often."""
 
 ACKING_KEY = "@acking"
 """Key of the reliability marks in a batch's end offsets (not a legal topic name)."""
 
+
+E = TypeVar("E")
 
 Retry = tuple[str, int, int, int]
 """``(topic, partition, offset, attempt)`` of a message to re-emit."""
@@ -104,6 +111,15 @@ class SpoutBook:
         })
 
     @classmethod
+    def load(cls, path: str) -> SpoutBook:
+        """The book at ``path`` (an empty one before the first batch wrote it)."""
+        try:
+            with open(path) as f:
+                return cls.from_json(f.read())
+        except FileNotFoundError:
+            return cls(-1)
+
+    @classmethod
     def from_json(cls, text: str) -> SpoutBook:
         """Parse :meth:`to_json`'s output."""
         data: dict[str, Any] = json.loads(text)
@@ -111,6 +127,37 @@ class SpoutBook:
                    {(str(t), int(p)): int(o) for t, p, o in data["committable"]},
                    [(str(t), int(p), int(o), int(a), int(d)) for t, p, o, a, d in data["retries"]],
                    data["next_timeout_ms"], int(data["outstanding"]))
+
+
+def next_batch(book: SpoutBook, max_pending: int | None,
+               new_end: Callable[[int | None], tuple[E, bool]], *, waits: bool,
+               clock_ms: Callable[[], int], sleep: Callable[[float], None]
+               ) -> tuple[int, ReplayPlan, E] | None:
+    """Plan a tracked spout's next batch: ``(planned time, replay plan, end)``, or None.
+
+    ``new_end(cap)`` is the source's end for at most ``cap`` new tuples (None: no cap) and
+    whether it holds any. A batch is planned when it does, or a retry is due, or a tree
+    timed out (Storm's tick). Otherwise, when ``waits`` (an available-now run, which must
+    not end while a tuple is un-acked), it sleeps until the next retry or time-out (at most
+    :data:`MAX_IDLE_WAIT_S` between looks); else there is no batch (None).
+
+    Example:
+        >>> book = SpoutBook(0, retries=[("t", 0, 7, 1, 1_000)], outstanding=1)
+        >>> times = iter([500, 1_000])
+        >>> next_batch(book, None, lambda cap: (0, False), waits=True,
+        ...            clock_ms=lambda: next(times), sleep=lambda s: None)
+        (1000, ReplayPlan(retries=[('t', 0, 7, 1)], tick=False, new_cap=None), 0)
+    """
+    while True:
+        now = clock_ms()
+        plan = book.plan(now, max_pending)
+        end, moved = new_end(plan.new_cap)
+        if moved or plan.has_work:
+            return now, plan, end
+        wait = book.wait_ms(now)
+        if not waits or wait is None:
+            return None
+        sleep(min(wait / 1000, MAX_IDLE_WAIT_S) + 0.001)
 
 
 def marks(now_ms: int, retries: list[Retry]) -> dict[str, Any]:
