@@ -22,6 +22,7 @@ from kstorm import BaseRichBolt, Fields, KafkaSpout, TopologyBuilder
 from kstorm.bolt import BaseBasicBolt, BasicOutputCollector, OutputCollector
 from kstorm.component import OutputFieldsDeclarer, TopologyContext
 from kstorm.sink import BaseSink, SinkBatch
+from kstorm.testing import ListSpout
 from kstorm.tuple import Tuple
 
 MODES = ("fail", "hold", "always")
@@ -40,6 +41,17 @@ class AckLoggingKafkaSpout(KafkaSpout):
         """Log the acked record."""
         with open(os.path.join(self.ack_dir, "acks.log"), "a") as f:
             f.write("{} {} {}\n".format(*msg_id))
+
+
+class AckLoggingListSpout(ListSpout):
+    """A ListSpout whose ``ack`` appends its ``"b:i"`` message id to ``<ack_dir>/acks.log``."""
+
+    ack_dir: str = ""
+
+    def ack(self, msg_id: Any) -> None:
+        """Log the acked row."""
+        with open(os.path.join(self.ack_dir, "acks.log"), "a") as f:
+            f.write(f"{msg_id}\n")
 
 
 def acks(directory: str | Path) -> Counter[tuple[str, int, int]]:

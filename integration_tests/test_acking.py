@@ -405,7 +405,10 @@ def test_a_lost_checkpoint_does_not_forget_tuples_waiting_for_a_retry(
         while len(client.keys(f"{prefix}:*")) < N - 1:
             assert handle.is_active and time.monotonic() < deadline, handle.progress
             time.sleep(0.2)
-        assert spout_counters(handle).get("pending") == 1
+        # the commit phase writes the sinks before it updates progress: wait for both
+        while spout_counters(handle).get("pending") != 1:
+            assert handle.is_active and time.monotonic() < deadline, handle.progress
+            time.sleep(0.1)
     finally:
         handle.stop()
     assert not client.exists(f"{prefix}:{waiting}")

@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
-from acking_topology import _first_time  # a marker file per id, O_EXCL: one process wins
+from acking_topology import AckLoggingListSpout, _first_time  # _first_time: O_EXCL marker
 
 from kstorm import BaseRichBolt, Fields, TopologyBuilder
+from kstorm.errors import KstormError
 from kstorm.testing import CaptureSink, ListSpout, run_to_completion
 
 pytestmark = pytest.mark.integration
@@ -129,3 +130,54 @@ def test_max_spout_pending_holds_a_list_batch_back_until_its_retries_ran(
     assert sorted(runs[5:7]) == ["0:1", "0:3"]
     assert sorted(runs[7:]) == [_msg_id(n) for n in range(5, 10)]
     assert sorted(Noting.failed) == ["0:1", "0:3"]
+
+
+class AlwaysFails(BaseRichBolt):
+    """Fails row 0 on every attempt, acks the rest."""
+
+    def prepare(self, conf: Any, context: Any, collector: Any) -> None:
+        self.collector = collector
+
+    def declare_output_fields(self, declarer: Any) -> None:
+        declarer.declare(Fields("id"))
+
+    def execute(self, tuple_: Any) -> None:
+        if tuple_.values[0] == 0:
+            self.collector.fail(tuple_)
+            return
+        self.collector.emit([tuple_.values[0]], anchors=tuple_)
+        self.collector.ack(tuple_)
+
+
+def test_a_run_that_cannot_finish_is_stopped_and_says_why(spark: Any, tmp_path: Path) -> None:
+    # unlimited retries of a row that always fails: the run never drains; run_to_completion
+    # must not return as if it had (nor leave the query running)
+    b = TopologyBuilder()
+    b.set_spout("ids", ListSpout([[(0,), (1,)]], Fields("id")))
+    b.set_bolt("work", AlwaysFails()).shuffle_grouping("ids")
+    b.set_bolt("out", CaptureSink()).shuffle_grouping("work")
+    with pytest.raises(KstormError, match="did not finish within 20 s") as caught:
+        run_to_completion(b.create_topology(), {
+            "topology.guarantee": "at-least-once",
+            "kstorm.checkpoint.dir": str(tmp_path / "checkpoint")},
+            name="list-forever", timeout=20)
+    assert "max_retries" in caught.value.hint
+    assert not [q for q in spark.streams.active if q.name == "list-forever"]
+
+
+def test_at_most_once_a_list_spouts_ack_runs_for_every_row_once_emitted(
+        spark: Any, tmp_path: Path) -> None:
+    # seed 003: with no ackers a spout tuple is acked right after emit, whatever follows
+    # (here a bolt fails rows 1, 6, 7 and 13: lost, never re-emitted)
+    spout = AckLoggingListSpout(BATCHES, Fields("id", "word"), partitions=2)
+    spout.ack_dir = str(tmp_path)
+    topology = _topology(spout, FirstAttempt(str(tmp_path), FAIL))
+    result = run_to_completion(topology, {
+        "topology.acker.executors": 0,
+        "kstorm.checkpoint.dir": str(tmp_path / "checkpoint")}, name="list-amo")
+
+    acked = Counter((tmp_path / "acks.log").read_text().split())
+    assert acked == Counter(_msg_id(n) for n in range(15))  # each row once
+    assert sorted(t.values[0] for t in result.sinks["out"].tuples) == sorted(
+        n for n in range(15) if n not in FAIL)
+    assert Counter(_executions(tmp_path)) == Counter(_msg_id(n) for n in range(15))

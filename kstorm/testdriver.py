@@ -262,8 +262,8 @@ class TopologyTestDriver:
         if self.settings.acks_on_emit:  # seed 003: at most once, ack right after emit
             for spout, emitted in tuples.items():
                 component = self.topology.components[spout].component
-                if source_kind(component) == "kafka" and type(component).ack is not \
-                        BaseRichSpout.ack:
+                if source_kind(component) in ("kafka", "list") and \
+                        type(component).ack is not BaseRichSpout.ack:
                     for t in emitted:
                         component.ack(t.message_id)
         self._batch(tuples)

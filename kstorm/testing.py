@@ -34,7 +34,7 @@ import pyarrow as pa
 from kstorm.acking.retry import RetryPolicy
 from kstorm.component import OutputFieldsDeclarer
 from kstorm.config import TopologyConfig
-from kstorm.errors import ConfigError, TopologyError
+from kstorm.errors import ConfigError, KstormError, TopologyError
 from kstorm.sink import BaseSink, Offsets, SinkBatch, SinkContext
 from kstorm.spout import BaseRichSpout
 from kstorm.testdriver import TopologyTestDriver  # noqa: F401 - re-exported
@@ -146,7 +146,8 @@ def run_to_completion(topology: StormTopology, conf: Mapping[str, Any] | None = 
                       name: str = "test", timeout: float = 300.0) -> RunResult:
     """Run ``topology`` until its spouts are drained (available-now), then return its outputs.
 
-    Every tuple every component emits is captured (``result.emitted``), in batch order.
+    Every tuple every component emits is captured (``result.emitted``), in batch order. A
+    run still going after ``timeout`` seconds is stopped and raises :class:`KstormError`.
     """
     from kstorm.runtime import submit_topology
 
@@ -155,7 +156,12 @@ def run_to_completion(topology: StormTopology, conf: Mapping[str, Any] | None = 
     settings.setdefault("kstorm.checkpoint.dir", tempfile.mkdtemp(prefix="kstorm-test-"))
     settings["kstorm.capture.emitted"] = True
     handle = submit_topology(name, settings, topology)
-    handle.await_termination(timeout)
+    if not handle.await_termination(timeout):
+        handle.stop()
+        msg = (f"run_to_completion: topology {name!r} did not finish within {timeout:g} s "
+               "(stopped); at least once, a tuple failed on every attempt is retried for ever")
+        raise KstormError(msg, hint="give the spout retry=RetryPolicy(max_retries=n), or "
+                                    "pass a longer timeout=")
     emitted: dict[str, dict[str, list[list[Any]]]] = defaultdict(lambda: defaultdict(list))
     for component, stream, values in handle.captured:
         emitted[component][stream].append(values)

@@ -473,3 +473,26 @@ def test_at_most_once_a_kafka_spouts_ack_runs_right_after_emit(guarantee: str) -
         driver.pipe("events", [{"key": k} for k in "abc"])
         expected = [("events", 0, i) for i in range(3)] if guarantee == "at-most-once" else []
         assert AckingKafkaSpout.acked == expected  # whatever the bolt did with them
+
+
+class AckingListSpout(ListSpout):
+    """A ListSpout whose ack records its message ids (at most once: right after emit)."""
+
+    acked: ClassVar[list[Any]] = []
+
+    def ack(self, msg_id: Any) -> None:
+        AckingListSpout.acked.append(msg_id)
+
+
+@pytest.mark.parametrize("guarantee", ["at-most-once", "exactly-once"])
+def test_at_most_once_a_list_spouts_ack_runs_right_after_emit(guarantee: str) -> None:
+    AckingListSpout.acked = []
+    spout = AckingListSpout([[("a",), ("b",)], [("c",)]], Fields("key"))
+    b = TopologyBuilder()
+    b.set_spout("events", spout)
+    b.set_bolt("work", AlwaysFails()).shuffle_grouping("events")
+    conf = {"topology.guarantee": guarantee, "kstorm.transaction.failure.policy": "dead-letter"}
+    with TopologyTestDriver(b.create_topology(), conf) as driver:
+        driver.run()
+        expected = ["0:0", "0:1", "1:0"] if guarantee == "at-most-once" else []
+        assert AckingListSpout.acked == expected  # whatever the bolt did with them

@@ -44,6 +44,8 @@ class _Reader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.pmax_file: str | None = spec.get("pmax_file")
         # At least once: the commit phase's book path and topology.max.spout.pending.
         self.acking: dict[str, Any] | None = spec.get("acking")
+        # At most once: the spout whose ack(msg_id) runs as each row is emitted (seed 003).
+        self.acked_on_emit: Any = spec.get("acked_on_emit")
         self.target: int | None = None
 
     def initialOffset(self) -> dict:
@@ -115,6 +117,9 @@ class _Reader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             columns.append(pa.array(attempts or [0] * len(rows), pa.int32()))
             columns.append(pa.array([now] * len(rows), pa.int64()))
         yield pa.RecordBatch.from_arrays(columns, schema=self.schema)
+        if self.acked_on_emit is not None:  # at most once: acked right after emit
+            for i in indices:
+                self.acked_on_emit.ack(list_message_id(b, i))
 
     def commit(self, end: dict) -> None:
         pass
@@ -137,11 +142,14 @@ class ListSource(DataSource):
 
 def read_list_spout(spark: SparkSession, batches: list[list[list[Any]]], schema: pa.Schema,
                     partitions: int, pmax_file: str | None = None,
-                    acking: dict[str, Any] | None = None) -> DataFrame:
+                    acking: dict[str, Any] | None = None, *,
+                    acked_on_emit: Any = None) -> DataFrame:
     """A streaming DataFrame over ``batches`` (rows typed by ``schema`` + ``__msgid``).
 
     ``acking`` (at least once, a tracked spout): its book's path and
     ``topology.max.spout.pending``; rows then also carry their attempt and planned time.
+    ``acked_on_emit`` (at most once, a spout with its own ``ack``): its ``ack("b:i")`` runs
+    in the read task as each row is handed on, as a ``KafkaSpout`` subclass's does.
     """
     spark.dataSource.register(ListSource)
     full = schema.append(pa.field(MSGID_COLUMN, pa.string()))
@@ -152,6 +160,6 @@ def read_list_spout(spark: SparkSession, batches: list[list[list[Any]]], schema:
                 .append(pa.field(PLANNED_COLUMN, pa.int64())))
     spec = base64.b64encode(pickle.dumps(
         {"batches": batches, "schema": full, "partitions": partitions,
-         "pmax_file": pmax_file, "acking": acking})).decode()
+         "pmax_file": pmax_file, "acking": acking, "acked_on_emit": acked_on_emit})).decode()
     return (spark.readStream.format(NAME).schema(from_arrow_schema(full))
             .option("spec", spec).load())

@@ -42,8 +42,10 @@ def read_spout(spark: SparkSession, spec: ComponentSpec, settings: TopologyConfi
     if kind == "list":
         from kstorm._spark.list_source import read_list_spout
 
+        acker = spout if settings.acks_on_emit and type(spout).ack is not BaseRichSpout.ack \
+            else None
         return read_list_spout(spark, spout.batches, spout.schema, spout.partitions, pmax_file,
-                               acking)
+                               acking, acked_on_emit=acker)
     if kind == "transactional":
         return _read_transactional(spark, spec, topology_name, conf, fused, layout,
                                    txid_base, seeds or {})
