@@ -173,7 +173,7 @@ def test_at_most_once_a_list_spouts_ack_runs_for_every_row_once_emitted(
     spout.ack_dir = str(tmp_path)
     topology = _topology(spout, FirstAttempt(str(tmp_path), FAIL))
     result = run_to_completion(topology, {
-        "topology.acker.executors": 0,
+        "topology.guarantee": "at-least-once", "topology.acker.executors": 0,
         "kstorm.checkpoint.dir": str(tmp_path / "checkpoint")}, name="list-amo")
 
     acked = Counter((tmp_path / "acks.log").read_text().split())
