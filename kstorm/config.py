@@ -169,6 +169,37 @@ class TopologyConfig(BaseModel):
                "StateProvider class as 'package.module:Class'")
         raise ValueError(msg)
 
+    def _with_ackers_guarantee(self) -> TopologyConfig:
+        """``topology.acker.executors`` where it means something (seed 003), else refused.
+
+        0 without a ``topology.guarantee`` is Storm's at-most-once. Exactly once no acker
+        runs (a batch is the unit of replay) and at most once nothing is tracked: a count of
+        ackers there would be accepted and ignored, so it is refused.
+        """
+        ackers = self.acker_executors
+        if ackers is None or self.guarantee is Guarantee.AT_LEAST_ONCE:
+            return self
+        if ackers == 0 and "guarantee" not in self.model_fields_set:
+            return self.model_copy(update={"guarantee": Guarantee.AT_MOST_ONCE})
+        if ackers == 0 and self.guarantee is Guarantee.AT_MOST_ONCE:
+            return self
+        if self.guarantee is Guarantee.EXACTLY_ONCE and ackers == 0:
+            msg = ("topology.acker.executors = 0 asks for Storm's at-most-once, but "
+                   "topology.guarantee = exactly-once")
+            hint = "set one of them: topology.guarantee = at-most-once, or remove the ackers key"
+        elif self.guarantee is Guarantee.EXACTLY_ONCE:
+            said = "" if "guarantee" in self.model_fields_set else " (the default)"
+            msg = (f"topology.acker.executors = {ackers} has no effect with topology.guarantee "
+                   f"= exactly-once{said}: a failed batch is re-run as a whole, no acker "
+                   "tracks tuple trees")
+            hint = ("remove topology.acker.executors, or set topology.guarantee = "
+                    "at-least-once to track tuples with ackers (0 ackers: at-most-once)")
+        else:
+            msg = (f"topology.acker.executors = {ackers} asks for ackers, but "
+                   "topology.guarantee = at-most-once tracks nothing")
+            hint = "remove it (or set 0), or set topology.guarantee = at-least-once"
+        raise ConfigError(msg, hint=hint)
+
     def _check_max_spout_pending(self) -> None:
         """``topology.max.spout.pending`` bounds something in every mode it is accepted in."""
         pending = self.max_spout_pending
@@ -246,6 +277,7 @@ class TopologyConfig(BaseModel):
             )
             msg = f"invalid topology configuration: {problems}"
             raise ConfigError(msg) from exc
+        settings = settings._with_ackers_guarantee()
         settings._check_state_provider_config()
         settings._check_max_spout_pending()
         settings._check_workers()
