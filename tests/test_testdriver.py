@@ -452,47 +452,46 @@ def test_at_least_once_tuples_held_across_batches_are_acked_later() -> None:
         assert driver.batch_id == 3
 
 
+acked_on_emit: list[Any] = []  # what the spouts below acked, in order
+
+
 class AckingKafkaSpout(KafkaSpout):
     """A KafkaSpout whose ack records its message ids (at most once: right after emit)."""
 
-    acked: ClassVar[list[Any]] = []
-
     def ack(self, msg_id: Any) -> None:
-        AckingKafkaSpout.acked.append(msg_id)
-
-
-@pytest.mark.parametrize("guarantee", ["at-most-once", "exactly-once"])
-def test_at_most_once_a_kafka_spouts_ack_runs_right_after_emit(guarantee: str) -> None:
-    AckingKafkaSpout.acked = []
-    spout = AckingKafkaSpout("events", value_serde=StringSerde(field="key"))
-    b = TopologyBuilder()
-    b.set_spout("events", spout)
-    b.set_bolt("work", AlwaysFails()).shuffle_grouping("events")
-    conf = {"topology.guarantee": guarantee, "kstorm.transaction.failure.policy": "dead-letter"}
-    with TopologyTestDriver(b.create_topology(), conf) as driver:
-        driver.pipe("events", [{"key": k} for k in "abc"])
-        expected = [("events", 0, i) for i in range(3)] if guarantee == "at-most-once" else []
-        assert AckingKafkaSpout.acked == expected  # whatever the bolt did with them
+        acked_on_emit.append(msg_id)
 
 
 class AckingListSpout(ListSpout):
     """A ListSpout whose ack records its message ids (at most once: right after emit)."""
 
-    acked: ClassVar[list[Any]] = []
-
     def ack(self, msg_id: Any) -> None:
-        AckingListSpout.acked.append(msg_id)
+        acked_on_emit.append(msg_id)
 
 
-@pytest.mark.parametrize("guarantee", ["at-most-once", "exactly-once"])
-def test_at_most_once_a_list_spouts_ack_runs_right_after_emit(guarantee: str) -> None:
-    AckingListSpout.acked = []
-    spout = AckingListSpout([[("a",), ("b",)], [("c",)]], Fields("key"))
+def _failing_driver(spout: Any, guarantee: str) -> TopologyTestDriver:
+    """``spout`` -> a bolt failing every tuple, under ``guarantee``."""
+    acked_on_emit.clear()
     b = TopologyBuilder()
     b.set_spout("events", spout)
     b.set_bolt("work", AlwaysFails()).shuffle_grouping("events")
     conf = {"topology.guarantee": guarantee, "kstorm.transaction.failure.policy": "dead-letter"}
-    with TopologyTestDriver(b.create_topology(), conf) as driver:
+    return TopologyTestDriver(b.create_topology(), conf)
+
+
+@pytest.mark.parametrize("guarantee", ["at-most-once", "exactly-once"])
+def test_at_most_once_a_kafka_spouts_ack_runs_right_after_emit(guarantee: str) -> None:
+    spout = AckingKafkaSpout("events", value_serde=StringSerde(field="key"))
+    with _failing_driver(spout, guarantee) as driver:
+        driver.pipe("events", [{"key": k} for k in "abc"])
+        expected = [("events", 0, i) for i in range(3)] if guarantee == "at-most-once" else []
+        assert acked_on_emit == expected  # whatever the bolt did with them
+
+
+@pytest.mark.parametrize("guarantee", ["at-most-once", "exactly-once"])
+def test_at_most_once_a_list_spouts_ack_runs_right_after_emit(guarantee: str) -> None:
+    spout = AckingListSpout([[("a",), ("b",)], [("c",)]], Fields("key"))
+    with _failing_driver(spout, guarantee) as driver:
         driver.run()
         expected = ["0:0", "0:1", "1:0"] if guarantee == "at-most-once" else []
-        assert AckingListSpout.acked == expected  # whatever the bolt did with them
+        assert acked_on_emit == expected  # whatever the bolt did with them
