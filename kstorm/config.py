@@ -117,6 +117,7 @@ class TopologyConfig(BaseModel):
     shuffle_partitions: int | None = Field(None, ge=1, alias="kstorm.shuffle.partitions")
     spark_conf: dict[str, str] = Field(default_factory=dict, alias="kstorm.spark.conf")
     spark_class_cache: bool = Field(True, alias="kstorm.spark.class.cache")
+    release_planners: bool = Field(True, alias="kstorm.spark.release.planners")
     # errors and bad input
     bolt_error_policy: BoltErrorPolicy = Field(BoltErrorPolicy.DEAD_LETTER,
                                                alias="kstorm.bolt.error.policy")

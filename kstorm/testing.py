@@ -155,6 +155,8 @@ def run_to_completion(topology: StormTopology, conf: Mapping[str, Any] | None = 
     settings.setdefault("kstorm.trigger", "available-now")
     settings.setdefault("kstorm.checkpoint.dir", tempfile.mkdtemp(prefix="kstorm-test-"))
     settings["kstorm.capture.emitted"] = True
+    # A test session starts many queries: keep Spark's planners for the next one (~1 s each)
+    settings.setdefault("kstorm.spark.release.planners", False)
     handle = submit_topology(name, settings, topology)
     if not handle.await_termination(timeout):
         handle.stop()

@@ -134,6 +134,7 @@ def start(name: str, conf: dict[str, Any], topology: StormTopology) -> TopologyH
         raise
     if missing_topics:
         _watch_missing_topics(name, topology, missing_topics, query)
+    _release_planners_when_planned(name, spark, query, settings.release_planners)
     return TopologyHandle(name, query, commit, settings, metrics)
 
 
@@ -243,6 +244,54 @@ def _check_kafka_spouts(topology: StormTopology, must_exist: bool, timeout_s: fl
 
 
 MISSING_TOPIC_WARNING_S = 60.0
+
+
+def _release_planners_when_planned(name: str, spark: Any, query: Any, all_planners: bool,
+                                   poll_s: float = 0.1, give_up_s: float = 600.0) -> None:
+    """Stop Spark's Python planner processes as soon as the query is done with each.
+
+    The lookup planner always (Spark runs it once per JVM); with
+    ``kstorm.spark.release.planners`` (``all_planners``) also the query's own planners,
+    which Spark uses until its first batch is planned
+    (:func:`kstorm._spark.session.release_planners`).
+    """
+    import threading
+
+    from kstorm._spark.session import (
+        LOOKUP_PLANNER,
+        PLAN_READ,
+        QUERY_PLANNERS,
+        planner_activity,
+        release_planners,
+    )
+
+    def release() -> None:
+        left = (LOOKUP_PLANNER, *QUERY_PLANNERS) if all_planners else (LOOKUP_PLANNER,)
+        stopped: list[str] = []
+        deadline = time.monotonic() + give_up_s
+        try:
+            before = planner_activity(spark)  # an idle read planner may be the last query's
+            while left and time.monotonic() < deadline:
+                planned = not query.isActive or query.lastProgress is not None  # or ended
+                if not planned and PLAN_READ in left and \
+                        planner_activity(spark).get(PLAN_READ) == before.get(PLAN_READ):
+                    ready = tuple(m for m in left if m != PLAN_READ)  # this query's to come
+                else:
+                    ready = left
+                done = release_planners(spark, ready)
+                stopped += done
+                left = tuple(m for m in left if m not in done)
+                if planned:
+                    break
+                time.sleep(poll_s)
+        except Exception as exc:  # noqa: BLE001 - memory only: the topology runs either way
+            log.info("topology %r: Spark's idle Python planner processes were not stopped "
+                     "(%s: %s)", name, type(exc).__name__, exc)
+        if stopped:
+            log.info("topology %r: stopped Spark's idle Python planner processes (%s)", name,
+                     ", ".join(m.rsplit(".", 1)[-1] for m in stopped))
+
+    threading.Thread(target=release, name=f"kstorm-planners-{name}", daemon=True).start()
 
 
 def _watch_missing_topics(name: str, topology: StormTopology, missing: dict[str, list[str]],

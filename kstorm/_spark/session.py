@@ -10,6 +10,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from pyspark.sql import SparkSession
 
@@ -63,7 +64,12 @@ def spark_options(settings: TopologyConfig, app_name: str = "kstorm") -> dict[st
         "spark.driver.memory": "2g",
         "spark.sql.streaming.metricsEnabled": "false",
         "spark.sql.session.timeZone": "UTC",
-        "spark.driver.extraJavaOptions": "-XX:+UseParallelGC -Xss4m",
+        # The driver JVM's heap is mostly short-lived garbage (Arrow exchange, planning): a
+        # serial collector (the parallel one's extra threads buy nothing on 2 cores, and its
+        # structures cost ~90 MiB) and a young generation of at most 64 MiB that starts
+        # small keep its resident memory at ~400 MiB (was ~570) with the same throughput
+        # (README "Memory"; bench/results/standard.md).
+        "spark.driver.extraJavaOptions": "-XX:+UseSerialGC -Xms64m -XX:MaxNewSize=64m -Xss4m",
         "spark.driver.host": "127.0.0.1" if local else "",
         "spark.driver.bindAddress": "127.0.0.1" if local else "",
     }
@@ -158,6 +164,69 @@ def get_session(settings: TopologyConfig, *, record_class_cache: bool = False,
                  spark.sparkContext.master, log_path())
         _warm_workers(spark)
         return spark
+
+
+# Spark's Python data-source planners: each a daemon and a forked worker, used while a query
+# is planned and then kept idle for the life of the JVM. The lookup runs once per JVM.
+LOOKUP_PLANNER = "pyspark.sql.worker.lookup_data_sources"
+PLAN_READ = "pyspark.sql.worker.plan_data_source_read"  # at the query's first batch
+QUERY_PLANNERS = ("pyspark.sql.worker.create_data_source", PLAN_READ)
+
+
+_LAST_ACTIVITY = "org$apache$spark$api$python$PythonWorkerFactory$$lastActivityNs"
+
+
+def release_planners(spark: SparkSession, modules: tuple[str, ...]) -> list[str]:
+    """Stop Spark's idle Python data-source planner processes of ``modules``; returns those.
+
+    Spark plans a query's Python data sources (kstorm's spouts) in helper processes, one
+    daemon and one worker per planner module, and keeps them for the life of the JVM
+    (~200-350 MiB of resident memory together). The lookup planner runs once per JVM; the
+    others again when a query starts, and Spark starts them anew if they are gone (~1 s).
+    Only a planner that exists with all its workers idle is stopped, and none while another
+    query of this session runs (it may be planning).
+    """
+    if len(spark.streams.active) > 1:
+        return []
+    factories, found = _planner_factories(spark, modules)
+    workers = _private_field(spark.sparkContext._jvm,
+                             "org.apache.spark.api.python.PythonWorkerFactory", "daemonWorkers")
+    stopped = []
+    for key, factory in found:
+        idle = factory.idleWorkers().size()
+        if idle == 0 or workers.get(factory).size() > idle:
+            continue  # planning now, or not yet
+        factories.remove(key)  # a planner started from now on gets a new factory
+        factory.stop()
+        stopped.append(key.workerModule())
+    return stopped
+
+
+def planner_activity(spark: SparkSession) -> dict[str, int]:
+    """When each of Spark's planners last took or gave back a worker (JVM nanoseconds)."""
+    _, found = _planner_factories(spark, (LOOKUP_PLANNER, *QUERY_PLANNERS))
+    return {key.workerModule(): getattr(factory, _LAST_ACTIVITY)() for key, factory in found}
+
+
+def _planner_factories(spark: SparkSession, modules: tuple[str, ...]) -> tuple[Any, list[Any]]:
+    """Spark's map of Python worker factories, and its (key, factory) pairs of ``modules``."""
+    env = spark.sparkContext._jsc.sc().env()
+    factories = _private_field(spark.sparkContext._jvm, "org.apache.spark.SparkEnv",
+                               "pythonWorkers").get(env)
+    found = []
+    entries = factories.iterator()
+    while entries.hasNext():
+        entry = entries.next()
+        if entry._1().workerModule() in modules:
+            found.append((entry._1(), entry._2()))
+    return factories, found
+
+
+def _private_field(jvm: Any, class_name: str, field: str) -> Any:
+    """A private JVM field made readable (py4j itself refuses ``getClass``)."""
+    handle = jvm.java.lang.Class.forName(class_name).getDeclaredField(field)
+    handle.setAccessible(True)
+    return handle
 
 
 def stop_jvm(timeout: float = 180.0) -> None:

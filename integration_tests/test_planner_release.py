@@ -1,0 +1,112 @@
+"""``kstorm.spark.release.planners``: Spark's idle Python planner processes are stopped.
+
+Spark plans a query's Python data sources (the spouts) in helper processes (a daemon and a
+worker per planner) and keeps them for the life of the JVM, ~200-350 MiB (README
+"Memory"). Once a topology's first batch ran, kstorm stops them: the lookup planner always
+(Spark runs it once per JVM), the query's own planners with the key (default on; off in
+``run_to_completion``). A topology started later in the same session plans and runs as
+before (Spark starts new planners).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import pytest
+
+from kstorm import Fields, TopologyBuilder, submit_topology
+from kstorm._spark.session import LOOKUP_PLANNER, QUERY_PLANNERS, release_planners
+from kstorm.testing import CaptureSink, ListSpout, run_to_completion
+
+pytestmark = pytest.mark.integration
+
+
+def planners(spark: Any) -> dict[str, list[int]]:
+    """Spark's Python worker factories by module, with the pids of their daemon processes."""
+    jvm = spark.sparkContext._jvm
+    field = jvm.java.lang.Class.forName("org.apache.spark.SparkEnv").getDeclaredField(
+        "pythonWorkers")
+    field.setAccessible(True)
+    daemon = jvm.java.lang.Class.forName(
+        "org.apache.spark.api.python.PythonWorkerFactory").getDeclaredField("daemon")
+    daemon.setAccessible(True)
+    out: dict[str, list[int]] = {}
+    entries = field.get(spark.sparkContext._jsc.sc().env()).iterator()
+    while entries.hasNext():
+        entry = entries.next()
+        process = daemon.get(entry._2())
+        out.setdefault(entry._1().workerModule(), []).append(
+            process.pid() if process is not None else -1)
+    return out
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def topology(rows: int = 6) -> Any:
+    builder = TopologyBuilder()
+    builder.set_spout("numbers", ListSpout([[[i]] for i in range(rows)], Fields("n")))
+    builder.set_bolt("out", CaptureSink(), 1).shuffle_grouping("numbers")
+    return builder.create_topology()
+
+
+def run_once(conf: dict[str, Any], name: str, tmp_path: Any) -> list[int]:
+    """Submit, wait for every row in the sink, stop; the values the sink got."""
+    handle = submit_topology(name, {"kstorm.spark.master": "local[2]",
+                                    "kstorm.trigger": "available-now",
+                                    "kstorm.checkpoint.dir": str(tmp_path / name), **conf},
+                             topology())
+    assert handle.await_termination(120)
+    return sorted(v[0] for v in handle.sinks["out"].values)
+
+
+def wait_for(check: Any, timeout: float = 20.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.1)
+    return check()
+
+
+def test_planners_stop_after_the_first_batch_and_start_again_for_the_next(spark, tmp_path):
+    run_to_completion(topology(), {"kstorm.spark.master": "local[2]"}, name="plan-warm")
+    before = planners(spark)
+    for module in QUERY_PLANNERS:  # run_to_completion keeps them for the next query
+        assert module in before, before
+    assert LOOKUP_PLANNER not in before  # once per JVM: always stopped
+    daemons = [pid for m in QUERY_PLANNERS for pid in before[m]]
+
+    assert run_once({}, "plan-release", tmp_path) == list(range(6))
+    assert wait_for(lambda: not set(QUERY_PLANNERS) & set(planners(spark))), planners(spark)
+    assert wait_for(lambda: not any(alive(pid) for pid in daemons if pid > 0))
+    assert "pyspark.worker" in planners(spark)  # the workers that run bolts stay
+
+    # The next topology plans with new planners and runs exactly as before.
+    assert run_once({"kstorm.spark.release.planners": False}, "plan-again",
+                    tmp_path) == list(range(6))
+    assert set(QUERY_PLANNERS) <= set(planners(spark))
+
+
+def test_no_planner_is_stopped_while_another_query_runs(spark, tmp_path):
+    """Another query of the session may be planning: its planners are left alone."""
+    handles = [submit_topology(f"plan-busy-{i}", {"kstorm.spark.master": "local[2]",
+                                                  "kstorm.checkpoint.dir": str(tmp_path / str(i)),
+                                                  "kstorm.spark.release.planners": False},
+                               topology()) for i in range(2)]
+    try:
+        assert wait_for(lambda: all(h.progress.get("batches", 0) >= 1 for h in handles)
+                        or len(spark.streams.active) == 2)
+        before = planners(spark)
+        assert release_planners(spark, (LOOKUP_PLANNER, *QUERY_PLANNERS)) == []
+        assert planners(spark) == before
+    finally:
+        for handle in handles:
+            handle.stop()
