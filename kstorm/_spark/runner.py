@@ -278,7 +278,7 @@ def _release_planners_when_planned(name: str, spark: Any, query: Any, all_planne
                     ready = tuple(m for m in left if m != PLAN_READ)  # this query's to come
                 else:
                     ready = left
-                done = release_planners(spark, ready)
+                done = release_planners(spark, ready, query)
                 stopped += done
                 left = tuple(m for m in left if m not in done)
                 if planned:

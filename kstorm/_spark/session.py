@@ -176,7 +176,8 @@ QUERY_PLANNERS = ("pyspark.sql.worker.create_data_source", PLAN_READ)
 _LAST_ACTIVITY = "org$apache$spark$api$python$PythonWorkerFactory$$lastActivityNs"
 
 
-def release_planners(spark: SparkSession, modules: tuple[str, ...]) -> list[str]:
+def release_planners(spark: SparkSession, modules: tuple[str, ...], query: Any = None
+                     ) -> list[str]:
     """Stop Spark's idle Python data-source planner processes of ``modules``; returns those.
 
     Spark plans a query's Python data sources (kstorm's spouts) in helper processes, one
@@ -184,9 +185,11 @@ def release_planners(spark: SparkSession, modules: tuple[str, ...]) -> list[str]
     (~200-350 MiB of resident memory together). The lookup planner runs once per JVM; the
     others again when a query starts, and Spark starts them anew if they are gone (~1 s).
     Only a planner that exists with all its workers idle is stopped, and none while another
-    query of this session runs (it may be planning).
+    query of this session than ``query`` has not finished its first batch (it may be
+    planning).
     """
-    if len(spark.streams.active) > 1:
+    own = None if query is None else query.id
+    if any(q.id != own and q.lastProgress is None for q in spark.streams.active):
         return []
     factories, found = _planner_factories(spark, modules)
     workers = _private_field(spark.sparkContext._jvm,
