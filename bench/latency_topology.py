@@ -29,7 +29,7 @@ STATELESS_PREFIX = "ls:"
 
 def build(kind: str, topic: str, redis_url: str, *, window_ms: int, lag_ms: int) -> Any:
     """The topology of ``kind`` (module docstring)."""
-    from bench.topology import window_record
+    from bench.topology import WINDOW_RECORD
     from kstorm import Fields, KafkaSpout, TopologyBuilder
     from kstorm.windowing import Duration
     from kstorm.windowing.aggregate import Agg, WindowedAggregate
@@ -47,7 +47,7 @@ def build(kind: str, topic: str, redis_url: str, *, window_ms: int, lag_ms: int)
                .with_lag(Duration.millis(lag_ms)))
         builder.set_bolt("per_key", agg).fields_grouping("events", Fields("key"))
         sink = RedisSink(config, key=WINDOW_PREFIX + "{key}:{window_start}",
-                         value=window_record, merge="set", mode="transactional")
+                         value=WINDOW_RECORD, merge="set", mode="transactional")
         builder.set_bolt(SINK, sink).shuffle_grouping("per_key")
     else:
         sink = RedisSink(config, key=STATELESS_PREFIX + "{key}", value="value", merge="set",

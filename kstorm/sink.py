@@ -27,6 +27,10 @@ order: seed 002's committers. The contract (the README's "Writing a sink" says i
    sink that accepts carries them, and the values, the record and the states then commit
    together. Otherwise the driver commits the states after the sinks (seed 000's order,
    reconciled at start).
+6. **Columns** (optional, ``accepts_table = True``): when a sink's whole input is the
+   closed windows of one built-in windowed aggregate, the runtime may hand them over as
+   Arrow columns (``batch.table``, named by the output fields) with ``batch.tuples`` empty,
+   instead of a Python tuple per window.
 """
 
 from __future__ import annotations
@@ -41,6 +45,8 @@ from kstorm.component import Component, OutputFieldsDeclarer
 from kstorm.tuple import Tuple
 
 if TYPE_CHECKING:
+    import pyarrow as pa
+
     from kstorm._kafka.connection import KafkaConnection
     from kstorm.config import TopologyConfig
 
@@ -92,6 +98,8 @@ class SinkBatch:
         states: the state provider's commit of this txid when this sink said it carries it
             (``accepts_states(states)``: a ``kstorm.redis_state.StateCommit``); the sink
             then applies it in the same atomic step as its values, or raises.
+        table: only for a sink with ``accepts_table``: its tuples as Arrow columns named
+            by their fields (``tuples`` is then empty), or None.
     """
 
     txid: int
@@ -101,6 +109,12 @@ class SinkBatch:
     state: Mapping[str, bytes] = field(default_factory=dict)
     attempt: int = 0
     states: Any = None
+    table: pa.Table | None = None
+
+    @property
+    def size(self) -> int:
+        """How many tuples the batch holds (as tuples or as table rows)."""
+        return self.table.num_rows if self.table is not None else len(self.tuples)
 
     @property
     def first_of_lineage(self) -> bool:
@@ -121,6 +135,8 @@ class BaseSink(Component):
     is_sink: ClassVar[bool] = True
     records_offsets: ClassVar[bool] = False
     """True: ``commit`` stores offsets + state with the values and reconcile may use them."""
+    accepts_table: ClassVar[bool] = False
+    """True: ``commit`` reads ``batch.table`` when it is set (see the module docstring, 6)."""
 
     def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
         """Sinks emit nothing."""

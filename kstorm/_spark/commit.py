@@ -50,6 +50,7 @@ import pickle
 import random
 import time
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -91,13 +92,31 @@ from kstorm.errors import KstormError, SinkError, SourceError, StateError
 from kstorm.sink import BaseSink, SinkBatch, commit_sink
 from kstorm.topology import StormTopology
 from kstorm.transactional.attempt import TransactionAttempt
-from kstorm.tuple import Tuple
+from kstorm.tuple import Fields, Tuple
 
 log = logging.getLogger("kstorm.commit")
 debug_log = logging.getLogger("kstorm.debug")
 progress_log = logging.getLogger("kstorm.progress")  # one INFO line per committed batch
 
 UNACKED_STATE = "acking:lowest-unacked"  # sink state entry: where tracked spouts resume
+
+
+@dataclass
+class _Closed:
+    """The windows a built-in windowed aggregate closed in a batch, for its consumers."""
+
+    component: str
+    fields: Fields
+    closed: pa.Table
+    windows: Any  # AggregateWindows
+
+    def tuples(self) -> list[Tuple]:
+        """One tuple per window: ``[*key, window_start, window_end, *aggregates]``."""
+        return [Tuple(v, self.fields, self.component) for v in self.windows.results(self.closed)]
+
+    def table(self) -> pa.Table | None:
+        """The same as Arrow columns named by the fields (None for per-window aggregates)."""
+        return self.windows.results_table(self.closed, list(self.fields))
 
 
 def window_state_key(component: str) -> str:
@@ -250,16 +269,17 @@ class CommitPhase:
                 offsets, list(zip(events.column("__task").to_pylist(),
                                   events.column("__vals").to_pylist(), strict=True)))
         # Step 4: windowed aggregates fold the batch in and emit the windows that closed.
-        extra: dict[str, list[Tuple]] = defaultdict(list)
+        extra: dict[str, list[_Closed]] = defaultdict(list)
         persist = []
         for component, windows in self.windows.items():
             rows = by_dest.pop(window_dest(component), EMPTY)
-            results, state = windows.commit(batch_id, rows.column("__vals").to_pylist())
+            closed, state = windows.commit_closed(batch_id, rows.column("__vals").to_pylist())
             persist.append((windows, state))
-            fields = self.topology.components[component].streams["default"]
+            out = _Closed(component, self.topology.components[component].streams["default"],
+                          closed, state)
             for consumer, _ in self.topology.consumers(component, "default"):
-                extra[consumer].extend(Tuple(v, fields, component) for v in results)
-            metrics.append({f"{component}.windows": len(results)})
+                extra[consumer].append(out)
+            metrics.append({f"{component}.windows": closed.num_rows})
         # Step 5: the commit stage (committers and the bolts they feed).
         if self.plan is not None and self.plan.commit_stage is not None and not given_up:
             inputs = {c: by_dest.pop(c, EMPTY) for c in self.plan.commit_stage.bolts}
@@ -283,10 +303,16 @@ class CommitPhase:
         carried = self._state_carrier(txid)
         for sink_id, sink in self.sinks.items():
             rows = by_dest.pop(sink_id, EMPTY)
-            batch = SinkBatch(txid, batch_id, self._tuples(rows) + extra.get(sink_id, []),
-                              ends, state,
-                              states=carried[1] if carried and carried[0] == sink_id else None)
-            delivered += len(batch.tuples)
+            windows_in = extra.get(sink_id, [])
+            table = (windows_in[0].table() if getattr(sink, "accepts_table", False)
+                     and rows.num_rows == 0
+                     and len(windows_in) == 1 else None)
+            tuples = [] if table is not None else self._tuples(rows) + [
+                t for closed in windows_in for t in closed.tuples()]
+            batch = SinkBatch(txid, batch_id, tuples, ends, state,
+                              states=carried[1] if carried and carried[0] == sink_id else None,
+                              table=table)
+            delivered += batch.size
             self._commit_sink(sink_id, sink, batch)
         # Step 7: dead letters.
         dead = by_dest.pop(DEAD_LETTER, EMPTY)

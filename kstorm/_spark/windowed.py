@@ -159,6 +159,12 @@ class WindowCommit:
 
     def commit(self, batch_id: int, payloads: list[bytes]) -> tuple[list[list[Any]], Any]:
         """Fold batch ``batch_id`` in; returns (closed window tuples, state to persist)."""
+        closed, windows = self.commit_closed(batch_id, payloads)
+        return windows.results(closed), windows
+
+    def commit_closed(self, batch_id: int, payloads: list[bytes]
+                      ) -> tuple[pa.Table, AggregateWindows]:
+        """As :meth:`commit`, the closed windows as Arrow (``windows.results(closed)``)."""
         windows = self._load(batch_id)
         parts, late = [], 0
         latest: dict[Any, int] = {}
@@ -168,8 +174,7 @@ class WindowCommit:
             late += payload["late"]
             for stream, ts in payload["latest"].items():
                 latest[stream] = max(ts, latest.get(stream, ts))
-        closed = windows.advance(parts, latest, late)
-        return windows.results(closed), windows
+        return windows.advance(parts, latest, late), windows
 
     def seed(self, snapshot: bytes) -> None:
         """Start from a state stored by a sink (the checkpoint was lost): as batch -1."""

@@ -459,6 +459,25 @@ class AggregateWindows:
         return [[*(k[i] for k in keys), ends[i] - length, ends[i], *(v[i] for v in values)]
                 for i in range(closed.num_rows)]
 
+    def results_table(self, closed: pa.Table, names: Sequence[str]) -> pa.Table | None:
+        """:meth:`results` as Arrow columns named ``names`` (the output fields), in its order.
+
+        None when an aggregate has no column of its own (mean, count_distinct, top_k are
+        computed per window in :meth:`results`).
+        """
+        kinds = [agg.kind for _, agg in self.spec.aggregates]
+        if any(k in ("mean", "count_distinct", "top_k") for k in kinds):
+            return None
+        ends = closed.column(END)
+        columns = [closed.column(k) for k in self.spec.key]
+        columns += [pc.subtract(ends, pa.scalar(self.spec.length_ms, ends.type)), ends]
+        for _, agg in self.spec.aggregates:
+            columns.append(closed.column("__n") if agg.kind == "count" else
+                           closed.column(partial_column(agg.kind, agg.field or "")))
+        if len(columns) != len(names):
+            return None
+        return pa.table(columns, names=list(names))
+
     def snapshot(self) -> bytes:
         """Everything needed to resume (open windows, stream clocks, late count)."""
         latest = dict(sorted(self.latest.items(), key=lambda item: str(item[0])))

@@ -110,9 +110,13 @@ def value_function(spec: Any) -> Callable[[Row], Any]:
         return _one
     if isinstance(spec, str) and spec:
         return FieldGetter(spec)
+    if isinstance(spec, Mapping) and spec and all(
+            isinstance(k, str) and k and isinstance(v, str) and v for k, v in spec.items()):
+        return RecordGetter(tuple((k, FieldGetter(v)) for k, v in spec.items()))
     if callable(spec):
         return spec  # type: ignore[no-any-return]
-    msg = f"RedisSink: value must be a field name or a function, got {spec!r}"
+    msg = ("RedisSink: value must be a field name, a record {name: field name} or a "
+           f"function, got {spec!r}")
     raise ConfigError(msg)
 
 
@@ -131,6 +135,17 @@ class FieldGetter:
             raise SinkError(msg) from None
 
 
+@dataclass(frozen=True)
+class RecordGetter:
+    """Builds a record ``{name: row[field]}`` from named fields (stored as a JSON object)."""
+
+    fields: tuple[tuple[str, FieldGetter], ...]
+
+    def __call__(self, row: Row) -> dict[str, Any]:
+        """The record; a SinkError names a missing field."""
+        return {name: get(row) for name, get in self.fields}
+
+
 def _one(row: Row) -> int:
     return 1
 
@@ -144,5 +159,5 @@ def _bad_name(what: str, name: Any, row: Row) -> NoReturn:
     raise SinkError(msg)
 
 
-__all__ = ["Entry", "FieldGetter", "as_mapping", "build_entries", "flatten", "key_function",
-           "value_function"]
+__all__ = ["Entry", "FieldGetter", "RecordGetter", "as_mapping", "build_entries", "flatten",
+           "key_function", "value_function"]

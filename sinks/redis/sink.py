@@ -25,6 +25,7 @@ from kstorm.sink import BaseSink, CommitRecord, SinkBatch, SinkContext
 
 from ._batch import Entry, Row, build_entries, flatten, key_function, value_function
 from ._codec import VALUE_CODECS, ValueCodec
+from ._columns import table_chunks
 from ._keys import STATE_PREFIX, Namespace, check_name, offset_fields, parse_record
 from ._lua import commit_script
 from ._optimistic import commit_optimistic
@@ -74,8 +75,9 @@ class RedisSink(BaseSink):
         config: Where Redis is.
         key: Key template over row fields (``"counts:{word}:{window_start}"``) or a
             function ``row -> str``.
-        value: Row field holding the value, or a function ``row -> value``. Not used
-            by ``merge="count"``.
+        value: Row field holding the value, a record ``{name: row field}`` (stored as a
+            JSON object, e.g. ``{"count": "count", "sum": "total"}``), or a function
+            ``row -> value``. Not used by ``merge="count"``.
         field: ``None`` stores each value at its own key; a template or function
             stores it in the hash at ``key``, under this field.
         merge: ``"set"``, ``"add"``, ``"count"``, ``"max"``, ``"min"``, a
@@ -91,7 +93,7 @@ class RedisSink(BaseSink):
     """
 
     def __init__(self, config: RedisConfig, *, key: str | Callable[[Row], str],
-                 value: str | Callable[[Row], Any] | None = None,
+                 value: str | Mapping[str, str] | Callable[[Row], Any] | None = None,
                  field: str | Callable[[Row], str] | None = None,
                  merge: str | LuaMerge | Callable[[Any, Any], Any] = "set",
                  mode: Mode = "opaque", topology: str | None = None, sink_id: str = "redis",
@@ -159,6 +161,7 @@ class RedisSink(BaseSink):
         self._client, self._commit = None, None
 
     records_offsets = True  # stores each batch's offsets and the runtime's state (reconcile)
+    accepts_table = True  # closed windows of a built-in windowed aggregate, as columns
 
     # -- the kstorm sink contract (driver, commit phase) ----------------------------------
 
@@ -174,7 +177,6 @@ class RedisSink(BaseSink):
         Every earlier txid of the checkpoint's lineage must be in Redis: a record behind
         ``txid - 1`` means Redis lost acknowledged writes, and writing on would hide the gap.
         """
-        rows = [dict(zip(t.fields, t.values, strict=True)) for t in batch.tuples]
         if not batch.first_of_lineage:
             recorded = self.committed().txid
             if recorded is None or recorded < batch.txid - 1:
@@ -184,6 +186,17 @@ class RedisSink(BaseSink):
                        "nothing is written over the gap; restart the topology to resume from "
                        "the sink's record")
                 raise SinkError(msg)
+        if batch.table is not None and not batch.tuples:  # closed windows, as columns
+            chunks = None if isinstance(self.merge, PythonMerge) else table_chunks(
+                batch.table, key=self.key, field=self.field, value=self.value,
+                codec=self.value_codec, size=self.max_entries_per_call,
+                numeric=self.merge.numeric)
+            if chunks is not None:
+                self._apply(batch.txid, batch.offsets, batch.state, batch.states, chunks=chunks)
+                return
+            rows: list[Any] = batch.table.to_pylist()
+        else:
+            rows = [dict(zip(t.fields, t.values, strict=True)) for t in batch.tuples]
         self.commit_batch(batch.txid, rows, batch.offsets, batch.state, states=batch.states)
 
     def accepts_states(self, states: Any) -> bool:
@@ -241,6 +254,13 @@ class RedisSink(BaseSink):
             >>> sink.commit_batch(3, [{"word": "a", "n": 2}], {"words": {0: 10}})  # doctest: +SKIP
             CommitResult(txid=3, applied=True, written=1, skipped=0)
         """
+        return self._apply(txid, offsets, state, states, rows=rows)
+
+    def _apply(self, txid: int, offsets: Mapping[str, Mapping[int, int]],
+               state: Mapping[str, bytes] | None, states: StateCommit | None, *,
+               rows: Iterable[Mapping[str, Any]] = (), chunks: list[str] | None = None
+               ) -> CommitResult:
+        """:meth:`commit_batch`'s steps; ``chunks`` (a Lua merge only): step 2 done already."""
         # Step 1
         _require(type(txid) is int and 0 <= txid < _MAX_TXID, "txid", "an int in 0..2**53",
                  txid, error=SinkError)
@@ -252,11 +272,16 @@ class RedisSink(BaseSink):
         for name, blob in (state or {}).items():
             offset_args += [STATE_PREFIX + name, blob]
         # Step 2
-        entries = build_entries(rows, key=self._key_of, field=self._field_of,
-                                value=self._value_of, merge=self.merge)
+        entries: list[Entry] = []
+        if chunks is None:
+            entries = build_entries(rows, key=self._key_of, field=self._field_of,
+                                    value=self._value_of, merge=self.merge)
         client = self._redis()
         try:
             if isinstance(self.merge, PythonMerge):
+                if chunks is not None:
+                    msg = f"{self!r}: a Python merge reads every key; it takes rows, not chunks"
+                    raise SinkError(msg)
                 pause_before_commit(f"{ns.prefix} txid {txid}")
                 applied, written, skipped = commit_optimistic(
                     client, ns, mode=self.mode, txid=txid, entries=entries, offsets=offset_args,
@@ -264,8 +289,9 @@ class RedisSink(BaseSink):
                 return CommitResult(txid, applied, written, skipped)
             # Step 3
             size = self.max_entries_per_call
-            chunks = [_chunk(entries[at:at + size], self.value_codec)
-                      for at in range(0, len(entries), size)]
+            if chunks is None:
+                chunks = [_chunk(entries[at:at + size], self.value_codec)
+                          for at in range(0, len(entries), size)]
             keys, inline = [ns.record], chunks
             if len(chunks) > 1:
                 recorded = self.committed().txid
