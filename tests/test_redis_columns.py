@@ -148,3 +148,14 @@ def test_a_record_value_is_stored_as_a_json_object_on_the_row_path_too() -> None
     assert sink.applied["rows"] == rows
     with pytest.raises(SinkError, match="'missing' is missing"):
         value_function({"x": "missing"})(rows[0])
+
+
+def test_a_subclass_overriding_commit_batch_still_gets_every_row_through_it() -> None:
+    class Wrapped(RedisSink):
+        def commit_batch(self, txid: int, rows: Any, offsets: Any, state: Any = None, *,
+                         states: Any = None) -> Any:
+            self.rows = list(rows)
+
+    sink = Wrapped(RedisConfig(), key="c:{k}", value="n", merge="add")
+    sink.commit(batch(pa.table({"k": ["a", "b"], "n": [1, 2]})))
+    assert sink.rows == [{"k": "a", "n": 1}, {"k": "b", "n": 2}]

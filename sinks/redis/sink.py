@@ -187,7 +187,9 @@ class RedisSink(BaseSink):
                        "the sink's record")
                 raise SinkError(msg)
         if batch.table is not None and not batch.tuples:  # closed windows, as columns
-            chunks = None if isinstance(self.merge, PythonMerge) else table_chunks(
+            # (a subclass that overrides commit_batch gets its rows through it)
+            own = type(self).commit_batch is RedisSink.commit_batch
+            chunks = None if isinstance(self.merge, PythonMerge) or not own else table_chunks(
                 batch.table, key=self.key, field=self.field, value=self.value,
                 codec=self.value_codec, size=self.max_entries_per_call,
                 numeric=self.merge.numeric)
