@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from kstorm._spark.session import spark_options
+import os
+
+from kstorm._spark import hadoop_fs
+from kstorm._spark.session import spark_options, with_kstorm_jar
 from kstorm.config import TopologyConfig
 
 RAW = "org.apache.hadoop.fs.local.RawLocalFs"
@@ -11,9 +14,23 @@ KEY = "spark.hadoop.fs.AbstractFileSystem.file.impl"
 
 def test_local_checkpoints_are_written_without_crc_side_files() -> None:
     options = spark_options(TopologyConfig.from_conf({}))
-    assert options[KEY] == RAW
+    assert options[KEY] == hadoop_fs.FS_CLASS  # a raw local file system (hadoop_fs.py)
     # Hadoop's FileSystem.getLocal must stay a (checksummed) LocalFileSystem
     assert "spark.hadoop.fs.file.impl" not in options
+
+
+def test_a_cluster_keeps_hadoops_raw_local_fs_its_executors_have() -> None:
+    """Executors of a cluster do not have kstorm's jar on their class path."""
+    conf = {"kstorm.spark.master": "spark://127.0.0.1:7077"}
+    assert spark_options(TopologyConfig.from_conf(conf))[KEY] == RAW
+
+
+def test_kstorms_jar_goes_last_on_the_drivers_class_path_once() -> None:
+    jar = str(hadoop_fs.JAR)
+    assert with_kstorm_jar(None) == jar
+    assert with_kstorm_jar("") == jar
+    mine = os.pathsep.join(["/opt/a.jar", jar, "/opt/b.jar"])
+    assert with_kstorm_jar(mine) == os.pathsep.join(["/opt/a.jar", "/opt/b.jar", jar])
 
 
 def test_the_users_spark_conf_wins_over_kstorms_choice() -> None:

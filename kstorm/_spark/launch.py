@@ -12,9 +12,9 @@
    ``kstorm warm-up`` records the classes a session loaded into an archive when its JVM
    exits (``-XX:ArchiveClassesAtExit``); later sessions map that archive instead of parsing
    and verifying the classes again (``-XX:SharedArchiveFile``). The archive is keyed by the JVM,
-   pyspark and Spark home, so an upgrade starts a new one; a JVM that cannot use it
-   (mismatch, truncated file) ignores it and starts as usual. Turn it off with
-   ``kstorm.spark.class.cache: false``.
+   pyspark, Spark home and kstorm's jar (``hadoop_fs.py``), so an upgrade starts a new one; a
+   JVM that cannot use it (mismatch, truncated file) ignores it and starts as usual. Turn it
+   off with ``kstorm.spark.class.cache: false``.
 
 Both live in the cache directory (``$KSTORM_CACHE_DIR``, else ``$XDG_CACHE_HOME/kstorm``,
 else ``~/.cache/kstorm``).
@@ -35,6 +35,8 @@ import tempfile
 import time
 from collections.abc import Iterable
 from pathlib import Path
+
+from kstorm._spark import hadoop_fs
 
 log = logging.getLogger("kstorm")
 
@@ -172,7 +174,11 @@ def _archive_key(spark_home: Path) -> str:
                         ) if os.environ.get("JAVA_HOME") else shutil.which("java")
     binary = Path(java).resolve() if java else None
     stamp = (binary.stat().st_mtime_ns, binary.stat().st_size) if binary else ()
-    material = "\n".join(map(str, [binary, stamp, pyspark.__version__, spark_home]))
+    # kstorm's own jar is on the class path (session.py): a new jar needs a new archive
+    jar = hadoop_fs.JAR
+    jar_stamp = (jar.stat().st_mtime_ns, jar.stat().st_size) if jar.is_file() else ()
+    material = "\n".join(map(str, [binary, stamp, pyspark.__version__, spark_home, jar,
+                                    jar_stamp]))
     return hashlib.sha256(material.encode()).hexdigest()[:16]
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from kstorm._spark import launch
+from kstorm._spark import hadoop_fs, launch
 from kstorm._spark.java import check_java
 from kstorm._spark.launch import log_path
 from kstorm.config import TopologyConfig
@@ -59,8 +59,11 @@ def spark_options(settings: TopologyConfig, app_name: str = "kstorm") -> dict[st
         # the checksummed local file system doubles each write; without it a 1-row batch
         # costs ~30 ms less (bench/results/latency.md). Writes stay atomic (rename); a
         # checkpoint written either way reads either way. (Only FileContext's "file"
-        # implementation: Hadoop's FileSystem.getLocal must stay a LocalFileSystem.)
-        "spark.hadoop.fs.AbstractFileSystem.file.impl": "org.apache.hadoop.fs.local.RawLocalFs",
+        # implementation: Hadoop's FileSystem.getLocal must stay a LocalFileSystem.) With a
+        # local master, also without a chmod/readlink process per file (hadoop_fs.py); the
+        # executors of a cluster do not have that class.
+        "spark.hadoop.fs.AbstractFileSystem.file.impl":
+            hadoop_fs.FS_CLASS if local else "org.apache.hadoop.fs.local.RawLocalFs",
         "spark.driver.memory": "2g",
         "spark.sql.streaming.metricsEnabled": "false",
         "spark.sql.session.timeZone": "UTC",
@@ -104,6 +107,21 @@ def worker_options(workers: int, spark_conf: dict[str, str], master: str) -> dic
     return wanted
 
 
+def with_kstorm_jar(classpath: str | None) -> str:
+    """``classpath`` (``SPARK_DIST_CLASSPATH``) with kstorm's jar last (``hadoop_fs.py``).
+
+    Spark's launcher puts this variable at the end of the driver's class path, so a JVM class
+    cache recorded with a shorter class path stays usable (it only needs its own as a prefix).
+
+    Example:
+        >>> with_kstorm_jar("/opt/extra.jar").split(os.pathsep)[-1].endswith("kstorm-hadoop.jar")
+        True
+    """
+    entries = [e for e in (classpath or "").split(os.pathsep) if e]
+    jar = str(hadoop_fs.JAR)
+    return os.pathsep.join([*[e for e in entries if e != jar], jar])
+
+
 def launch_options(settings: TopologyConfig, *, record_class_cache: bool = False,
                    app_name: str = "kstorm") -> dict[str, str]:
     """:func:`spark_options` plus the fast-start environment (``kstorm/_spark/launch.py``).
@@ -116,6 +134,7 @@ def launch_options(settings: TopologyConfig, *, record_class_cache: bool = False
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     options = spark_options(settings, app_name)
+    os.environ["SPARK_DIST_CLASSPATH"] = with_kstorm_jar(os.environ.get("SPARK_DIST_CLASSPATH"))
     cache = launch.cache_dir()
     if "SPARK_HOME" not in os.environ:
         try:
