@@ -5,6 +5,7 @@ Examples:
     python -m bench --events 200000 --no-write      # a quick check, results not recorded
     python -m bench --max-offsets 100000,250000,500000   # try several caps, report the fastest
     python -m bench --profile                       # also a py-spy run (pip install py-spy)
+    python -m bench --one-row-batches 100           # also the fixed cost of a batch
 
 Exit status: 0 when every window result equals the ground truth, 1 otherwise.
 """
@@ -12,6 +13,7 @@ Exit status: 0 when every window result equals the ground truth, 1 otherwise.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as dt
 import subprocess
 import sys
@@ -23,7 +25,15 @@ from pathlib import Path
 from bench import report
 from bench.profile import summarize
 from bench.raw import RawResult, consume_and_aggregate
-from bench.standard import KstormRun, check_raw, cleanup, make_events, new_setup, run_kstorm
+from bench.standard import (
+    KstormRun,
+    Setup,
+    check_raw,
+    cleanup,
+    make_events,
+    new_setup,
+    run_kstorm,
+)
 
 RESULTS = Path(__file__).resolve().parent / "results" / "standard.md"
 CHART = RESULTS.with_suffix(".png")
@@ -45,6 +55,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--master", default="local[2]", help="Spark master of the kstorm run")
     p.add_argument("--profile", action="store_true",
                    help="one more kstorm run under py-spy; where the time goes")
+    p.add_argument("--one-row-batches", type=int, default=0, metavar="N",
+                   help="also run N batches of one offset each (the fixed cost of a batch, end "
+                        "to end with the commit)")
     p.add_argument("--no-write", action="store_true", help=f"do not write {RESULTS.name}")
     p.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE",
                    help="extra Spark setting for the kstorm runs (repeatable; for experiments)")
@@ -102,6 +115,9 @@ def main(argv: list[str] | None = None) -> int:
                     f"{'yes' if run.exact else 'NO ' + '; '.join(run.problems)}")
             raws.append(consume_and_aggregate(setup.bootstrap, setup.topic, ends))
             log(f"raw consumer again: {report.fmt_rate(raws[1].rate)} events/s")
+            one_row = None
+            if args.one_row_batches:
+                one_row = run_one_row_batches(setup, args, log)
             profile_text = None
             if args.profile:
                 raw_file = workdir / "pyspy.txt"
@@ -116,17 +132,37 @@ def main(argv: list[str] | None = None) -> int:
             cleanup(workdir)
     raw = max(raws, key=lambda r: r.rate)
     best = best_of(runs)
-    exact = all(r.exact for r in runs) and not problems
+    exact = all(r.exact for r in runs) and not problems and (one_row is None or one_row.exact)
     print()
     print(report.table(raw, best))
+    if one_row is not None:
+        print("\n" + report.one_row_text(one_row))
     if profile_text:
         print("\n" + profile_text)
-    for line in problems + [p for r in runs for p in r.problems]:
+    runs_checked = runs + ([one_row] if one_row is not None else [])
+    for line in problems + [p for r in runs_checked for p in r.problems]:
         print("PROBLEM:", line)
     if not args.no_write:
-        write_results(args, raws, runs, best, produce_s, time.monotonic() - began, profile_text)
+        write_results(args, raws, runs, best, produce_s, time.monotonic() - began, profile_text,
+                      one_row)
         print(f"\nwritten: {RESULTS}")
     return 0 if exact else 1
+
+
+def run_one_row_batches(setup: Setup, args: argparse.Namespace, log: Callable[[str], None]
+                        ) -> KstormRun:
+    """The same topology over its own topic of ``--one-row-batches`` events, one per batch.
+
+    What is left of a batch's time then is its fixed cost: planning, the Spark job, the
+    commit phase with the Redis commit, Spark's offset and commit logs.
+    """
+    small = dataclasses.replace(setup, topic=f"{setup.topic}-1row")
+    n = args.one_row_batches
+    _, truth, _, _ = make_events(small, n, args.seed, args.partitions, args.keys, log)
+    run = run_kstorm(small, truth, n, 1, spark_conf=args.spark_conf)
+    log(f"kstorm one offset per batch: {report.fmt_ms(report.per_batch_s(run))} per batch "
+        f"over {run.batches} batches, exact: {'yes' if run.exact else 'NO'}")
+    return run
 
 
 def best_of(runs: list[KstormRun]) -> KstormRun:
@@ -136,18 +172,19 @@ def best_of(runs: list[KstormRun]) -> KstormRun:
 
 def write_results(args: argparse.Namespace, raws: list[RawResult], runs: list[KstormRun],
                   best: KstormRun, produce_s: float, wall_s: float,
-                  profile_text: str | None) -> None:
+                  profile_text: str | None, one_row: KstormRun | None = None) -> None:
     """Replace the generated block of ``bench/results/standard.md`` (the prose around it stays)."""
     command = "python -m bench" + ("" if args.max_offsets == [int(DEFAULT_MAX_OFFSETS)] else
                                    " --max-offsets " + ",".join(map(str, args.max_offsets)))
     if args.events != 1_000_000:
         command += f" --events {args.events}"
     command += "".join(f" --spark-conf {kv}" for kv in args.spark_conf)
+    command += f" --one-row-batches {args.one_row_batches}" if args.one_row_batches else ""
     command += " --profile" if args.profile else ""
     block = report.results_block(
         command=command, when=f"{dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC", wall_s=wall_s,
         events=args.events, produce_s=produce_s, master=args.master, raws=raws, runs=runs,
-        best=best, profile_text=profile_text)
+        best=best, profile_text=profile_text, one_row=one_row)
     text = RESULTS.read_text() if RESULTS.exists() else "# Standard benchmark\n\n"
     block = f"{BEGIN}\n{block}\n\n![throughput vs batch cap]({CHART.name})\n{END}"
     if BEGIN in text and END in text:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import platform
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -136,9 +137,48 @@ def cpu_table(run: KstormRun) -> str:
     return "\n".join(lines)
 
 
+def fmt_ms(seconds: float | None) -> str:
+    """Milliseconds, or '-'."""
+    return "-" if seconds is None else f"{seconds * 1000:.0f} ms"
+
+
+def per_batch_s(run: KstormRun) -> float | None:
+    """Mean time between consecutive commits seen in Redis (None: fewer than 2)."""
+    c = run.commits
+    return None if len(c) < 2 else (c[-1][0] - c[0][0]) / (len(c) - 1)
+
+
+PHASES = ("latestOffset", "queryPlanning", "walCommit", "addBatch", "commitOffsets",
+          "triggerExecution")
+
+
+def one_row_text(run: KstormRun) -> str:
+    """The fixed cost of a batch: one offset per batch, end to end and by Spark's phases."""
+    batches = run.report.get("spark_batches", [])[1:]  # the first batch also starts things
+    medians = {p: statistics.median(b.get(p, 0) for b in batches) for p in PHASES} if batches \
+        else {}
+    commit = run.report.get("commit_seconds")
+    per_commit = (f"; the commit phase (sinks included) {commit / max(run.batches, 1) * 1000:.0f}"
+                  " ms per batch" if isinstance(commit, (int, float)) else "")
+    met = per_batch_s(run) is not None and (per_batch_s(run) or 1) <= 0.2
+    lines = [
+        f"Fixed cost of a batch (`max_offsets_per_batch = 1`, {run.events:,} events of the same "
+        f"kind in a topic of their own, {run.batches} batches, available-now): "
+        f"**{fmt_ms(per_batch_s(run))} per batch** end to end (mean time between consecutive "
+        f"commits seen in Redis; target <= 200 ms {'met' if met else 'NOT met'}){per_commit}; "
+        f"every window exact: {'yes' if run.exact else 'NO'}. Spark's phases, median ms per "
+        "batch (`addBatch` is the Spark job and the commit phase):",
+        "",
+        "| " + " | ".join(PHASES) + " |",
+        "| " + " | ".join("---:" for _ in PHASES) + " |",
+        "| " + " | ".join(f"{medians.get(p, 0):.0f}" for p in PHASES) + " |",
+    ]
+    return "\n".join(lines)
+
+
 def results_block(*, command: str, when: str, wall_s: float, events: int, produce_s: float,
                   master: str, raws: list[RawResult], runs: list[KstormRun], best: KstormRun,
-                  profile_text: str | None) -> str:
+                  profile_text: str | None, one_row: KstormRun | None = None) -> str:
     """The generated Markdown of ``bench/results/standard.md``."""
     m = machine()
     raw = max(raws, key=lambda r: r.rate)
@@ -172,6 +212,8 @@ def results_block(*, command: str, when: str, wall_s: float, events: int, produc
         "",
         cpu_table(best),
     ]
+    if one_row is not None:
+        parts += ["", one_row_text(one_row)]
     if profile_text:
         parts += ["", profile_text]
     return "\n".join(parts)
