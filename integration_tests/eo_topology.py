@@ -157,7 +157,7 @@ def topic_ends(bootstrap: str, topic: str) -> dict[int, int]:
     parts = _kafka.partitions_of(consumer, lambda t: t == topic)
     marks = _kafka.watermarks(consumer, parts)
     ends = _kafka.latest_offsets(consumer, {tp: hi for tp, (_, hi) in marks.items()},
-                                 bootstrap=bootstrap)
+                                 bootstrap=bootstrap, every_tail=True)
     return {p: end for (_, p), end in ends.items()}
 
 

@@ -156,3 +156,59 @@ def test_the_answer_never_goes_below_the_batch_start(writing: bool) -> None:
     ends = client.latest_offsets(broker, high, known, bootstrap=f"floor-{writing}",  # type: ignore[arg-type]
                                  clock=broker.clock)
     assert all(ends[key] >= known[key] for key in known)
+
+
+def _write_between_answers(broker: _Tansu) -> None:
+    """A producer appends one 5-record batch to every partition."""
+    for key in broker.batches:
+        broker.batches[key].append((broker.end(key), 5))
+
+
+def test_a_partition_whose_watermark_moved_since_the_last_answer_is_not_followed() -> None:
+    """A busy partition costs one fetch, not the chase: its first answer is taken."""
+    broker = _broker()
+    broker.writing = True
+    broker.ends("moving")  # first answer: followed for up to the chase
+    fetches, started = broker.fetches, broker.now
+    ends = broker.ends("moving")  # the watermarks moved meanwhile
+    assert broker.fetches - fetches == 1 and broker.now - started < client.TAIL_CHASE
+    assert all(ends[key] > broker.high_watermark(key) - 5 for key in ends)  # read past them
+    assert all(ends[key] <= broker.end(key) for key in ends)
+
+
+def test_a_partition_that_stops_moving_is_read_to_its_end_at_the_next_answer() -> None:
+    broker = _broker()
+    broker.ends("stops-moving")
+    for _ in range(3):
+        _write_between_answers(broker)
+        broker.ends("stops-moving")
+    final = {key: broker.end(key) for key in broker.batches}
+    assert all(broker.high_watermark(key) < end for key, end in final.items())
+    assert broker.ends("stops-moving") == final  # the writes stopped: tails read
+    fetches = broker.fetches
+    assert broker.ends("stops-moving") == final
+    assert broker.fetches == fetches  # confirmed: left alone
+
+
+def test_a_moving_partition_read_short_is_never_taken_for_confirmed() -> None:
+    """Its first answer is not remembered as an end: the next answer reads on from it."""
+    broker = _broker()
+    broker.ends("never-confirmed")
+    _write_between_answers(broker)
+    first = broker.ends("never-confirmed")[("t", 0)]  # moving: one fetch of 4 of 5 records
+    assert first < broker.end(("t", 0))
+    assert client._KNOWN_ENDS.get(("never-confirmed", "t", 0), 0) < broker.end(("t", 0))
+    assert broker.ends("never-confirmed")[("t", 0)] == broker.end(("t", 0))
+
+
+def test_every_tail_follows_moving_partitions_too() -> None:
+    """An available-now target and a start at latest need today's ends, now."""
+    broker = _broker()
+    broker.ends("every")
+    _write_between_answers(broker)  # the watermarks move ...
+    broker.writing = True  # ... and go on moving
+    started = broker.now
+    high = {key: broker.high_watermark(key) for key in broker.batches}
+    client.latest_offsets(broker, high, bootstrap="every",  # type: ignore[arg-type]
+                          clock=broker.clock, every_tail=True, chase=client.TAIL_TIMEOUT)
+    assert broker.now - started >= client.TAIL_TIMEOUT - 0.05  # followed throughout

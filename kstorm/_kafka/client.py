@@ -23,7 +23,7 @@ from __future__ import annotations
 import atexit
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException
@@ -40,6 +40,7 @@ TAIL_CHASE = 0.1  # seconds a tail read follows a partition after its first answ
 _CACHE: dict[tuple[tuple[str, str], ...], Consumer] = {}
 _KNOWN_ENDS: dict[tuple[str, str, int], int] = {}  # ends seen as end of partition
 _SEEN_ENDS: dict[tuple[str, str, int], int] = {}  # offsets a read stopped at before the end
+_LAST_HIGH: dict[tuple[str, str, int], int] = {}  # the high watermark of the previous answer
 
 
 def client_config(bootstrap: str | KafkaConnection, extra: Mapping[str, Any] | None = None
@@ -169,6 +170,7 @@ def latest_offsets(
     bootstrap: str = "",
     clock: Callable[[], float] = time.monotonic,
     chase: float = TAIL_CHASE,
+    every_tail: bool = False,
 ) -> Offsets:
     """Confirmed end offsets: the high watermark, raised to what the tail of each partition shows.
 
@@ -179,24 +181,35 @@ def latest_offsets(
 
     ``chase``: how long (seconds) a partition's tail is followed after its first records
     arrive. A partition being written to has no end to reach: following it costs the whole
-    ``TAIL_TIMEOUT`` and what arrives meanwhile goes to the next batch anyway. A read cut
-    short still answers (those records exist) but confirms nothing: only an end reached
-    (end of partition) is remembered as confirmed, so the next call reads that partition
-    again, on from where this one stopped, even if the broker's high watermark stays short.
-    An available-now target passes ``chase=TAIL_TIMEOUT`` (read every tail to its end).
+    ``TAIL_TIMEOUT`` and what arrives meanwhile goes to the next batch anyway. A partition
+    whose high watermark moved since the previous answer is being written to: it is not
+    followed at all (its first answer, the broker's last record batch when asked, is taken),
+    which spares up to ``chase`` per busy partition and batch (the embedded broker answers a
+    fetch with one record batch, and a busy partition always has another). A read cut short
+    still answers (those records exist) but confirms nothing: only an end reached (end of
+    partition) is remembered as confirmed, so the next call reads that partition again, on
+    from where this one stopped, even if the broker's high watermark stays short.
+    An available-now target and a start at latest pass ``chase=TAIL_TIMEOUT`` and
+    ``every_tail`` (read every tail to its end, now).
     """
     ends: Offsets = {}
     to_read: list[KafkaTopicPartition] = []
+    moving: set[TopicPartition] = set()  # being written to: not followed
     for (topic, partition), hw in high.items():
-        confirmed = _KNOWN_ENDS.get((bootstrap, topic, partition), 0)
-        seen = _SEEN_ENDS.get((bootstrap, topic, partition), 0)
+        where = (bootstrap, topic, partition)
+        confirmed = _KNOWN_ENDS.get(where, 0)
+        seen = _SEEN_ENDS.get(where, 0)
+        before = _LAST_HIGH.get(where)
+        _LAST_HIGH[where] = hw
         floor = max((known or {}).get((topic, partition), 0), confirmed, seen)
         ends[(topic, partition)] = max(hw, floor)
         if max(hw, seen) > confirmed:  # read on from what is known to exist
             to_read.append(KafkaTopicPartition(topic, partition, max(hw, floor) - 1))
+            if not every_tail and before is not None and hw > before:
+                moving.add((topic, partition))
     reached: set[TopicPartition] = set(ends) - {(tp.topic, tp.partition) for tp in to_read}
     if to_read:
-        found, at_end = _read_tails(consumer, to_read, ends, clock, chase)
+        found, at_end = _read_tails(consumer, to_read, ends, clock, chase, moving)
         ends.update(found)
         reached |= at_end
     for key, end in ends.items():
@@ -215,8 +228,12 @@ def _read_tails(
     ends: Offsets,
     clock: Callable[[], float],
     chase: float,
+    moving: Collection[TopicPartition] = (),
 ) -> tuple[Offsets, set[TopicPartition]]:
-    """What each tail shows, and which partitions were read to their end."""
+    """What each tail shows, and which partitions were read to their end.
+
+    ``moving``: partitions not followed after their first answer.
+    """
     found = {(tp.topic, tp.partition): ends[(tp.topic, tp.partition)] for tp in tails}
     pending = set(found)
     at_end: set[TopicPartition] = set()
@@ -242,7 +259,8 @@ def _read_tails(
                     log.warning("kafka spout: tail read of %s[%s]: %s", *key, error)
                     pending.discard(key)
             now = clock()
-            pending -= {key for key, since in answered.items() if now - since >= chase}
+            pending -= {key for key, since in answered.items()
+                        if key in moving or now - since >= chase}
     finally:
         consumer.unassign()
     if len(at_end) < len(found):

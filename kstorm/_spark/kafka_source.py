@@ -367,6 +367,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             {tp: hi for tp, (_, hi) in marks.items()},
             bootstrap=self.bootstrap,
             chase=_kafka.TAIL_TIMEOUT,
+            every_tail=True,
         )
 
 
