@@ -49,3 +49,12 @@ def test_no_planner_is_stopped_while_another_query_may_be_planning() -> None:
     planning = SimpleNamespace(id="other", lastProgress=None)
     spark = SimpleNamespace(streams=SimpleNamespace(active=[ours, planning]))  # no JVM here
     assert release_planners(spark, (LOOKUP_PLANNER, *QUERY_PLANNERS), ours) == []  # type: ignore[arg-type]
+
+
+def test_python_processes_talk_to_the_jvm_over_unix_domain_sockets() -> None:
+    key = "spark.python.unix.domain.socket.enabled"
+    assert spark_options(TopologyConfig.from_conf({}))[key] == "true"
+    cluster = {"kstorm.spark.master": "spark://127.0.0.1:7077"}
+    assert spark_options(TopologyConfig.from_conf(cluster))[key] == "true"  # executor-local
+    mine = {"kstorm.spark.conf": {key: "false"}}
+    assert spark_options(TopologyConfig.from_conf(mine))[key] == "false"
