@@ -51,7 +51,10 @@ ints = st.integers(min_value=-(2**62), max_value=2**62)
 @st.composite
 def tables(draw: Any) -> pa.Table:
     n = draw(st.integers(min_value=1, max_value=40))
-    words = draw(st.lists(plain_text, min_size=n, max_size=n, unique=True))
+    # (a word starting "kstorm" could make a reserved key: the column path then steps
+    # aside, as it must; a case of its own below)
+    words = draw(st.lists(plain_text.filter(lambda w: not w.startswith("kstorm")),
+                          min_size=n, max_size=n, unique=True))
     return pa.table({
         "word": words,
         "start": draw(st.lists(ints, min_size=n, max_size=n)),

@@ -46,9 +46,8 @@ def table_chunks(table: pa.Table, *, key: Any, field: Any, value: Any, codec: st
     """
     if table.num_rows == 0:
         return []
-    if numeric and value is not None and not (
-            isinstance(value, str) and value in table.column_names
-            and pa.types.is_integer(table.column(value).type)):
+    if numeric and value is not None and not (isinstance(value, str)
+                                              and _is_integer(table, value)):
         return None
     keys = _render(table, key)
     if keys is None or _any(pc.starts_with(keys, RESERVED_PREFIX)):
@@ -122,7 +121,7 @@ def _value_text(table: pa.Table, value: Any, codec: str) -> Any:
         column = _text_column(table, value)
         if column is None:
             return None
-        if pa.types.is_integer(table.column(value).type):
+        if _is_integer(table, value):
             return column if codec == "json" else None  # 'string' refuses numbers
         return column if codec == "string" else pc.binary_join_element_wise(
             _QUOTE, column, _QUOTE, "")
@@ -138,13 +137,18 @@ def _value_text(table: pa.Table, value: Any, codec: str) -> Any:
             if column is None:
                 return None
             parts.append(("," if parts else "{") + _QUOTE + name + _QUOTE + ":")
-            if pa.types.is_integer(table.column(source).type):
+            if _is_integer(table, source):
                 parts.append(column)
             else:
                 parts += [_QUOTE, column, _QUOTE]
         parts.append("}")
         return pc.binary_join_element_wise(*parts, "")
     return None
+
+
+def _is_integer(table: pa.Table, name: str) -> bool:
+    """Whether column ``name`` holds integers: a number in JSON, refused by ``'string'``."""
+    return name in table.column_names and pa.types.is_integer(table.column(name).type)
 
 
 def _any(mask: Any) -> bool:
