@@ -76,9 +76,31 @@ def wait_for(check: Any, timeout: float = 20.0) -> bool:
     return check()
 
 
+def planner_workers(spark: Any) -> dict[str, tuple[int, int]]:
+    """(idle, all) workers of each planner: what decides whether kstorm may stop it."""
+    from kstorm._spark.session import _planner_factories, _private_field
+
+    _, found = _planner_factories(spark, (LOOKUP_PLANNER, *QUERY_PLANNERS))
+    workers = _private_field(spark.sparkContext._jvm,
+                             "org.apache.spark.api.python.PythonWorkerFactory", "daemonWorkers")
+    return {key.workerModule(): (factory.idleWorkers().size(), workers.get(factory).size())
+            for key, factory in found}
+
+
+def fresh_planners(spark: Any) -> None:
+    """Stop every planner earlier tests of the session left, busy or not (a clean slate)."""
+    from kstorm._spark.session import _planner_factories
+
+    factories, found = _planner_factories(spark, (LOOKUP_PLANNER, *QUERY_PLANNERS))
+    for key, factory in found:
+        factories.remove(key)
+        factory.stop()
+
+
 def test_planners_stop_after_the_first_batch_and_start_again_for_the_next(spark, tmp_path):
     for query in spark.streams.active:  # left running by earlier tests of the session: a
         query.stop()                    # query still planning holds every planner back
+    fresh_planners(spark)  # (one stopped while planning may never give its worker back)
     run_to_completion(topology(), {"kstorm.spark.master": "local[2]"}, name="plan-warm")
     before = planners(spark)
     for module in QUERY_PLANNERS:  # run_to_completion keeps them for the next query
@@ -87,7 +109,8 @@ def test_planners_stop_after_the_first_batch_and_start_again_for_the_next(spark,
     daemons = [pid for m in QUERY_PLANNERS for pid in before[m]]
 
     assert run_once({}, "plan-release", tmp_path) == list(range(6))
-    assert wait_for(lambda: not set(QUERY_PLANNERS) & set(planners(spark))), planners(spark)
+    assert wait_for(lambda: not set(QUERY_PLANNERS) & set(planners(spark))), (
+        planners(spark), planner_workers(spark))
     assert wait_for(lambda: not any(alive(pid) for pid in daemons if pid > 0))
     assert "pyspark.worker" in planners(spark)  # the workers that run bolts stay
 

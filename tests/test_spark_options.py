@@ -58,3 +58,33 @@ def test_python_processes_talk_to_the_jvm_over_unix_domain_sockets() -> None:
     assert spark_options(TopologyConfig.from_conf(cluster))[key] == "true"  # executor-local
     mine = {"kstorm.spark.conf": {key: "false"}}
     assert spark_options(TopologyConfig.from_conf(mine))[key] == "false"
+
+
+def test_a_planner_not_yet_idle_when_the_query_ends_is_tried_again(monkeypatch) -> None:
+    """The query planned (here: already ended) while a planner's worker was still busy, and
+    the JVM's map once changed under the reader: kstorm keeps trying for a few seconds."""
+    import threading
+    from types import SimpleNamespace
+
+    from kstorm._spark import runner, session
+    from kstorm._spark.session import LOOKUP_PLANNER, QUERY_PLANNERS
+
+    calls: list[tuple[str, ...]] = []
+    finished = threading.Event()
+
+    def release(spark: object, modules: tuple[str, ...], query: object) -> list[str]:
+        calls.append(modules)
+        if len(calls) == 1:
+            raise RuntimeError("ConcurrentModificationException")
+        if len(calls) < 4:
+            return []  # still busy
+        finished.set()
+        return list(modules)
+
+    monkeypatch.setattr(session, "release_planners", release)
+    monkeypatch.setattr(session, "planner_activity", lambda spark: {})
+    query = SimpleNamespace(isActive=False, lastProgress=None)
+    runner._release_planners_when_planned("t", object(), query, True, poll_s=0.01,
+                                          settle_s=2.0)
+    assert finished.wait(5)
+    assert calls[-1] == (LOOKUP_PLANNER, *QUERY_PLANNERS)

@@ -247,13 +247,15 @@ MISSING_TOPIC_WARNING_S = 60.0
 
 
 def _release_planners_when_planned(name: str, spark: Any, query: Any, all_planners: bool,
-                                   poll_s: float = 0.1, give_up_s: float = 600.0) -> None:
+                                   poll_s: float = 0.1, give_up_s: float = 600.0,
+                                   settle_s: float = 5.0) -> None:
     """Stop Spark's Python planner processes as soon as the query is done with each.
 
     The lookup planner always (Spark runs it once per JVM); with
     ``kstorm.spark.release.planners`` (``all_planners``) also the query's own planners,
     which Spark uses until its first batch is planned
-    (:func:`kstorm._spark.session.release_planners`).
+    (:func:`kstorm._spark.session.release_planners`). Once the query has planned, a planner
+    whose worker is not back in Spark's idle pool yet is tried again for ``settle_s``.
     """
     import threading
 
@@ -269,9 +271,14 @@ def _release_planners_when_planned(name: str, spark: Any, query: Any, all_planne
         left = (LOOKUP_PLANNER, *QUERY_PLANNERS) if all_planners else (LOOKUP_PLANNER,)
         stopped: list[str] = []
         deadline = time.monotonic() + give_up_s
+        settled: float | None = None  # when to stop trying once the query has planned
+        failure: Exception | None = None
         try:
             before = planner_activity(spark)  # an idle read planner may be the last query's
-            while left and time.monotonic() < deadline:
+        except Exception as exc:  # noqa: BLE001 - memory only: the topology runs either way
+            before, failure = {}, exc
+        while left and time.monotonic() < deadline:
+            try:
                 planned = not query.isActive or query.lastProgress is not None  # or ended
                 if not planned and PLAN_READ in left and \
                         planner_activity(spark).get(PLAN_READ) == before.get(PLAN_READ):
@@ -279,14 +286,18 @@ def _release_planners_when_planned(name: str, spark: Any, query: Any, all_planne
                 else:
                     ready = left
                 done = release_planners(spark, ready, query)
-                stopped += done
-                left = tuple(m for m in left if m not in done)
-                if planned:
+            except Exception as exc:  # noqa: BLE001 - e.g. the JVM's map changed meanwhile
+                planned, done, failure = True, [], exc
+            stopped += done
+            left = tuple(m for m in left if m not in done)
+            if planned:
+                settled = settled or time.monotonic() + settle_s
+                if time.monotonic() >= settled:
                     break
-                time.sleep(poll_s)
-        except Exception as exc:  # noqa: BLE001 - memory only: the topology runs either way
+            time.sleep(poll_s)
+        if left and failure is not None:
             log.info("topology %r: Spark's idle Python planner processes were not stopped "
-                     "(%s: %s)", name, type(exc).__name__, exc)
+                     "(%s: %s)", name, type(failure).__name__, failure)
         if stopped:
             log.info("topology %r: stopped Spark's idle Python planner processes (%s)", name,
                      ", ".join(m.rsplit(".", 1)[-1] for m in stopped))
