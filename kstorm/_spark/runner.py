@@ -255,7 +255,11 @@ def _release_planners_when_planned(name: str, spark: Any, query: Any, all_planne
     ``kstorm.spark.release.planners`` (``all_planners``) also the query's own planners,
     which Spark uses until its first batch is planned
     (:func:`kstorm._spark.session.release_planners`). Once the query has planned, a planner
-    whose worker is not back in Spark's idle pool yet is tried again for ``settle_s``.
+    whose worker is not back in Spark's idle pool yet is tried again for ``settle_s``. The
+    planners belong to the session, not to one query: within those seconds this thread may
+    also stop planners another topology of the process planned with and kept
+    (``kstorm.spark.release.planners: false``); that topology's next start then pays ~1 s
+    to start them again, and nothing else changes.
     """
     import threading
 
