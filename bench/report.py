@@ -160,11 +160,12 @@ def one_row_text(run: KstormRun) -> str:
     commit = run.report.get("commit_seconds")
     per_commit = (f"; the commit phase (sinks included) {commit / max(run.batches, 1) * 1000:.0f}"
                   " ms per batch" if isinstance(commit, (int, float)) else "")
-    met = per_batch_s(run) is not None and (per_batch_s(run) or 1) <= 0.2
+    each = per_batch_s(run)
+    met = each is not None and each <= 0.2
     lines = [
         f"Fixed cost of a batch (`max_offsets_per_batch = 1`, {run.events:,} events of the same "
         f"kind in a topic of their own, {run.batches} batches, available-now): "
-        f"**{fmt_ms(per_batch_s(run))} per batch** end to end (mean time between consecutive "
+        f"**{fmt_ms(each)} per batch** end to end (mean time between consecutive "
         f"commits seen in Redis; target <= 200 ms {'met' if met else 'NOT met'}){per_commit}; "
         f"every window exact: {'yes' if run.exact else 'NO'}. Spark's phases, median ms per "
         "batch (`addBatch` is the Spark job and the commit phase):",

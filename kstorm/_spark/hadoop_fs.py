@@ -14,9 +14,9 @@ a JDK) and committed, so no JDK is needed to run kstorm. The jar records a diges
 sources it was built from (:func:`jar_sources_digest`); a unit test checks it against the
 sources.
 
-How Spark gets it (``kstorm/_spark/session.py``): the jar is appended to the driver's class
-path (``SPARK_DIST_CLASSPATH``, which Spark's launcher adds last, so a JVM class cache
-recorded before stays valid), and with a ``local`` master the ``file`` scheme of Hadoop's
+How Spark gets it (``kstorm/_spark/session.py``): the jar is appended to every driver's class
+path (``SPARK_DIST_CLASSPATH``, which Spark's launcher adds last; the JVM class cache is keyed
+by the jar, ``launch.py``), and with a ``local`` master the ``file`` scheme of Hadoop's
 FileContext (what the checkpoint logs are written through) is :data:`FS_CLASS`. On a cluster
 the executors do not have the jar, so Hadoop's own ``RawLocalFs`` stays.
 

@@ -117,8 +117,9 @@ def worker_options(workers: int, spark_conf: dict[str, str], master: str) -> dic
 def with_kstorm_jar(classpath: str | None) -> str:
     """``classpath`` (``SPARK_DIST_CLASSPATH``) with kstorm's jar last (``hadoop_fs.py``).
 
-    Spark's launcher puts this variable at the end of the driver's class path, so a JVM class
-    cache recorded with a shorter class path stays usable (it only needs its own as a prefix).
+    Spark's launcher puts this variable at the end of the driver's class path. Every session
+    has the jar there, local or cluster, so the JVM class cache (keyed by the jar too,
+    ``launch.py``) fits each of them.
 
     Example:
         >>> with_kstorm_jar("/opt/extra.jar").split(os.pathsep)[-1].endswith("kstorm-hadoop.jar")
