@@ -88,3 +88,12 @@ def test_a_planner_not_yet_idle_when_the_query_ends_is_tried_again(monkeypatch) 
                                           settle_s=2.0)
     assert finished.wait(5)
     assert calls[-1] == (LOOKUP_PLANNER, *QUERY_PLANNERS)
+
+
+def test_the_driver_jvm_compiles_with_c1_only_unless_the_user_says_otherwise() -> None:
+    """C2 compiling Spark's code took over half the JVM's CPU of a short run (session.py)."""
+    key = "spark.driver.extraJavaOptions"
+    options = spark_options(TopologyConfig.from_conf({}))[key].split()
+    assert "-XX:TieredStopAtLevel=1" in options and "-XX:+UseSerialGC" in options
+    mine = {"kstorm.spark.conf": {key: "-XX:+UseSerialGC"}}
+    assert spark_options(TopologyConfig.from_conf(mine))[key] == "-XX:+UseSerialGC"

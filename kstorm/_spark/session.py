@@ -79,7 +79,14 @@ def spark_options(settings: TopologyConfig, app_name: str = "kstorm") -> dict[st
         # structures cost ~90 MiB) and a young generation of at most 64 MiB that starts
         # small keep its resident memory at ~400 MiB (was ~570) with the same throughput
         # (README "Memory"; bench/results/standard.md).
-        "spark.driver.extraJavaOptions": "-XX:+UseSerialGC -Xms64m -XX:MaxNewSize=64m -Xss4m",
+        # Only the C1 JIT compiler (-XX:TieredStopAtLevel=1): with C2 as well, compiling
+        # Spark's code took 13-14 of the JVM's ~23 CPU-s in a 40 s word-count run (/proc per
+        # thread), competing with the Python workers for 2 cores. Interleaved runs of
+        # `python -m bench --max-offsets 20000,100000,500000` (2026-11-27): first result 7.2-7.7
+        # -> 5.9-6.1 s, steady 71-74k -> 82-84k / 212-217k -> 259-266k / 357-522k -> 547-562k
+        # ev/s. Executors of a cluster keep their JVM's default; kstorm.spark.conf may override.
+        "spark.driver.extraJavaOptions": ("-XX:+UseSerialGC -Xms64m -XX:MaxNewSize=64m -Xss4m "
+                                          "-XX:TieredStopAtLevel=1"),
         "spark.driver.host": "127.0.0.1" if local else "",
         "spark.driver.bindAddress": "127.0.0.1" if local else "",
     }
