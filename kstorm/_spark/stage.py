@@ -42,6 +42,7 @@ from kstorm._runtime.executor import StageExecutor
 from kstorm._runtime.plan import AckingPlan, Plan
 from kstorm._runtime.transaction import ATTEMPT_PROPERTY, DEAD_LETTER_PROPERTY
 from kstorm._spark.gc_control import freeze_imports
+from kstorm._spark.tws_map import BinaryMap
 from kstorm.config import TopologyConfig
 from kstorm.grouping import GroupingKind
 from kstorm.state import encode_key
@@ -344,23 +345,65 @@ class MapStateKeyValue:
 
     Reads are cached for the batch; writes are buffered and flushed once at the end, so a
     key costs at most one state-store round trip to read and one to write per batch.
+
+    A batch that reads many keys reads them by scanning the map instead: after
+    :attr:`SCAN_AFTER` point reads, a read that misses the cache goes on through one
+    streamed pass over the task's map (many entries per round trip, values unpickled only
+    when asked for), at most :attr:`SCAN_RATIO` entries per point read so far, and falls
+    back to a point read when the budget is spent. Once the pass reaches the end, a key it
+    did not see is absent without asking. A small map (a word count's vocabulary) is then
+    read in a few round trips; a huge one costs at most a bounded share more than point
+    reads.
     """
 
     _MISSING = object()  # not read yet
     _ABSENT = object()   # read (or deleted): not in the store
+    SCAN_AFTER = 16      # point reads in a batch before the map is scanned instead
+    SCAN_RATIO = 8       # entries the scan may read per point read made so far
 
     def __init__(self, map_state: Any) -> None:
-        self._ms = map_state
+        self._ms = BinaryMap(map_state)
         self._cache: dict[Any, Any] = {}
         self._dirty: set[Any] = set()
+        self._reads = 0                       # point reads and scan lookups this batch
+        self._scan: Iterator[Any] | None = None
+        self._scanned: dict[bytes, bytes] = {}  # encoded key -> pickled value, from the scan
+        self._scan_len = 0                    # entries the scan has read
+        self._scan_done = False               # it reached the end: _scanned is the map
 
     def _value(self, key: Any) -> Any:
         value = self._cache.get(key, self._MISSING)
         if value is self._MISSING:
-            row = self._ms.getValue((encode_key(key),))
-            value = pickle.loads(row[0]) if row is not None else self._ABSENT
-            self._cache[key] = value
+            value = self._cache[key] = self._stored(encode_key(key))
         return value
+
+    def _stored(self, bkey: bytes) -> Any:
+        """The store's value of an encoded key (``_ABSENT``: none)."""
+        blob = self._scanned.get(bkey)
+        if blob is None and not self._scan_done:
+            self._reads += 1
+            if self._reads > self.SCAN_AFTER:
+                blob = self._scan_for(bkey)
+            if blob is None and not self._scan_done:
+                blob = self._ms.get(bkey)
+        return pickle.loads(blob) if blob is not None else self._ABSENT
+
+    def _scan_for(self, bkey: bytes) -> bytes | None:
+        """Read on through the map until ``bkey``, its end, or the scan's budget."""
+        if self._scan is None:
+            self._scan = self._ms.items()
+        budget = self.SCAN_RATIO * self._reads - self._scan_len
+        scanned = self._scanned
+        for k, v in self._scan:
+            self._scan_len += 1
+            if k == bkey:
+                return v
+            scanned[k] = v
+            budget -= 1
+            if budget <= 0:
+                return None
+        self._scan_done = True
+        return None
 
     def get(self, key: Any, default: Any = None) -> Any:
         value = self._value(key)
@@ -378,18 +421,21 @@ class MapStateKeyValue:
 
     def __iter__(self) -> Iterator[tuple[Any, Any]]:
         self.flush()
-        for k, v in self._ms.iterator():
-            yield pickle.loads(k[0]), pickle.loads(v[0])
+        for k, v in self._ms.items():
+            yield pickle.loads(k), pickle.loads(v)
 
     def flush(self) -> None:
+        """Write the batch's changes; a scan in progress is dropped (the cache stays right)."""
+        updates = []
         for key in self._dirty:
             value = self._cache[key]
-            bkey = (encode_key(key),)
             if value is self._ABSENT:
-                self._ms.removeKey(bkey)
+                self._ms.remove(encode_key(key))
             else:
-                self._ms.updateValue(bkey, (pickle.dumps(value, protocol=5),))
+                updates.append((encode_key(key), pickle.dumps(value, protocol=5)))
+        self._ms.update_all(updates)
         self._dirty.clear()
+        self._scan, self._scanned, self._scan_len, self._scan_done = None, {}, 0, False
 
 
 def stateful_processor(ctx: StageContext) -> Any:
