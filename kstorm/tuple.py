@@ -70,6 +70,11 @@ class Fields(Sequence[str]):
             msg = f"no field {name!r}; the fields are {list(self._names)}"
             raise FieldError(msg) from None
 
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The names as a tuple (what iterating gives, without a call per use)."""
+        return self._names
+
     def to_list(self) -> list[str]:
         """The names as a list."""
         return list(self._names)

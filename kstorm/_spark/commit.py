@@ -299,21 +299,14 @@ class CommitPhase:
         if self.reliability is not None and reliable is not None:
             state[UNACKED_STATE] = self.reliability.resume_state(batch_id, reliable)
         ends = offsets.kafka_ends()
-        delivered = 0
         carried = self._state_carrier(txid)
-        for sink_id, sink in self.sinks.items():
-            rows = by_dest.pop(sink_id, EMPTY)
-            windows_in = extra.get(sink_id, [])
-            table = (windows_in[0].table() if getattr(sink, "accepts_table", False)
-                     and rows.num_rows == 0
-                     and len(windows_in) == 1 else None)
-            tuples = [] if table is not None else self._tuples(rows) + [
-                t for closed in windows_in for t in closed.tuples()]
-            batch = SinkBatch(txid, batch_id, tuples, ends, state,
-                              states=carried[1] if carried and carried[0] == sink_id else None,
-                              table=table)
-            delivered += batch.size
-            self._commit_sink(sink_id, sink, batch)
+        # No automatic collection while the sinks build and keep an object or more per
+        # tuple (collections would walk them all, again and again, finding nothing; with
+        # RedisSink and 400,000 tuples, ~half of its commit): they are freed, by reference
+        # counting, when _commit_sinks returns, before collection is on again.
+        with paused():
+            delivered = self._commit_sinks(txid, batch_id, by_dest, extra, ends, state,
+                                           carried)
         # Step 7: dead letters.
         dead = by_dest.pop(DEAD_LETTER, EMPTY)
         self.dead_letters.write(batch_id, [as_record(pickle.loads(v))
@@ -410,6 +403,26 @@ class CommitPhase:
                                 rows.column("__vals").to_pylist(), strict=True))
             ends[spout] = txspout.effective_end(raw.raw, replayed)
         return ends
+
+    def _commit_sinks(self, txid: int, batch_id: int, by_dest: dict[str, pa.Table],
+                      extra: dict[str, list[_Closed]], ends: Any, state: dict[str, bytes],
+                      carried: Any) -> int:
+        """Commit the batch to each sink, in topology order; the tuples delivered."""
+        delivered = 0
+        for sink_id, sink in self.sinks.items():
+            rows = by_dest.pop(sink_id, EMPTY)
+            windows_in = extra.get(sink_id, [])
+            table = (windows_in[0].table() if getattr(sink, "accepts_table", False)
+                     and rows.num_rows == 0
+                     and len(windows_in) == 1 else None)
+            tuples = [] if table is not None else self._tuples(rows) + [
+                t for closed in windows_in for t in closed.tuples()]
+            batch = SinkBatch(txid, batch_id, tuples, ends, state,
+                              states=carried[1] if carried and carried[0] == sink_id else None,
+                              table=table)
+            delivered += batch.size
+            self._commit_sink(sink_id, sink, batch)
+        return delivered
 
     def _commit_sink(self, sink_id: str, sink: BaseSink, batch: SinkBatch) -> None:
         try:

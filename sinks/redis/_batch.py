@@ -58,22 +58,32 @@ def build_entries(rows: Iterable[Any], *, key: Callable[[Row], str],
         [Entry(key='c:a', field='', values=(3,))]
     """
     numeric = isinstance(merge, LuaMerge) and merge.numeric
-    grouped: dict[tuple[str, str], list[Any]] = {}
+    # (key, field) -> values; without a field, keyed by the key alone (one tuple less a row)
+    grouped: dict[Any, list[Any]] = {}
     for raw in rows:
         row = raw if type(raw) is dict else as_mapping(raw)
         name = key(row)
         if type(name) is not str or not name or name.startswith(RESERVED_PREFIX):
             _bad_name("key", name, row)
-        sub = "" if field is None else field(row)
-        if type(sub) is not str or (field is not None and not sub):
-            _bad_name("field", sub, row)
+        if field is None:
+            where: Any = name
+        else:
+            where = (name, field(row))
+            if type(where[1]) is not str or not where[1]:
+                _bad_name("field", where[1], row)
         new = value(row)
         if numeric and type(new) is not int and type(new) is not float:
+            sub = "" if field is None else where[1]
             new = number(new, "RedisSink " + Entry(name, sub, ()).where())
-        grouped.setdefault((name, sub), []).append(new)
+        found = grouped.get(where)
+        if found is None:
+            grouped[where] = [new]
+        else:
+            found.append(new)
     combine = merge.combine if isinstance(merge, LuaMerge) else None
-    return [Entry(name, sub, (combine(news),) if combine and len(news) > 1 else tuple(news))
-            for (name, sub), news in grouped.items()]
+    return [Entry(*((where, "") if field is None else where),
+                  (combine(news),) if combine and len(news) > 1 else tuple(news))
+            for where, news in grouped.items()]
 
 
 def flatten(entries: Iterable[Entry], codec: ValueCodec) -> list[str]:
