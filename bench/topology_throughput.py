@@ -1,16 +1,19 @@
 """Throughput of the issue-2 word count (Kafka -> split -> stateful count -> sink).
 
 Run: ``python -m bench.topology_throughput`` (or ``python bench/topology_throughput.py``)
-from the repository root; ``--sentences N`` (default 200,000), ``--no-profile``.
+from the repository root; ``--sentences N`` (default 400,000: 8 batches), ``--sink memory``,
+``--no-profile``.
 
 1. Start the embedded broker (tansu), create a 4-partition topic and produce N JSON
    sentences of ~8 words (``integration_tests/topologies.py``), round-robin over partitions.
 2. Start the SparkSession (timed apart: a long-running topology pays it once).
 3. Run the integration tests' topology, ``sentences (KafkaSpout) --shuffle--> split
    --fields(word)--> count (stateful, TWS) --fields(word)--> out`` available-now with
-   ``max_offsets_per_batch=50_000``; ``out`` keeps the latest count per word. Check the
-   counts against the produced sentences.
-4. Report events/s (sentences and words), batches, time to first commit, wall time, peak
+   ``max_offsets_per_batch=50_000``; ``out`` keeps the latest count per word: an
+   exactly-once ``RedisSink`` on an embedded Redis (``--sink memory``: a dict on the
+   driver). Check the counts (read back from Redis) against the produced sentences.
+4. Report events/s (sentences and words; steady words/s against issue 14's 150,000),
+   batches, time to first commit, wall time, peak
    RSS of the whole process tree (driver, JVM, Python workers, broker), and CPU seconds per
    process kind (from ``/proc``).
 5. With py-spy on PATH (and no ``--no-profile``): run the topology again over a topic of
@@ -23,6 +26,7 @@ Figures go to ``bench/results/topology.md``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import json
 import os
@@ -50,6 +54,11 @@ os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(
 RESULTS = REPO / "bench" / "results" / "topology.md"
 PARTITIONS = 4
 BATCH_CAP = 50_000
+TARGET_WORDS_S = 150_000  # issue 14, target 6: steady, exactly once
+SINKS = {"redis": "RedisSink, `<run>:<word>` = the highest count seen, merge `max`, exactly "
+                  "once, on an embedded Redis; counts read back from Redis",
+         "memory": "a driver-side dict keeping the highest count per word (the sink's own "
+                   "cost left out)"}
 VOCABULARY = 10_000  # distinct words, Zipf-distributed (s = 1) like words in text
 
 
@@ -157,8 +166,8 @@ class Sampler:
 # else to the INNERMOST bucket: the one matching the deepest frame that any pattern matches
 # (bolt code and kstorm's executor call each other, so the deeper one is where time goes).
 CONTAINING = [
-    ("TWS state calls (MapState get/update over the state server socket)",
-     ("MapStateKeyValue", "state_client", "stateful_processor_api_client")),
+    ("TWS state calls (map state reads, scans and updates over the state server socket)",
+     ("MapStateKeyValue", "tws_map", "state_client", "stateful_processor_api_client")),
     ("imports in the Python processes Spark starts per query (pyspark from pyspark.zip, "
      "which has no .pyc, is compiled every time)",
      ("zipimport", "_find_and_load")),
@@ -237,8 +246,35 @@ def produce_sentences(bootstrap: str, topic: str, records: list[str]) -> float:
     return time.monotonic() - started
 
 
+def redis_counts(url: str, run: str) -> Any:
+    """A RedisSink of ``(word, count)`` (``<run>:<word>`` = the highest count, exactly
+    once) that also notes when each batch committed, like ``LatestCounts``."""
+    from sinks.redis import RedisConfig, RedisSink
+
+    class RedisCounts(RedisSink):
+        def __init__(self) -> None:
+            super().__init__(RedisConfig.from_url(url), key=run + ":{word}", value="count",
+                             merge="max", sink_id=run)
+            self.commits: list[tuple[int, int, float]] = []
+
+        def commit(self, batch: Any) -> None:
+            super().commit(batch)
+            self.commits.append((batch.batch_id, len(batch.tuples), time.monotonic()))
+
+        @property
+        def counts(self) -> dict[str, int]:
+            client = self._redis()
+            keys = list(client.scan_iter(run + ":*", count=10_000))
+            values = client.mget(keys) if keys else []
+            return {k.decode()[len(run) + 1:]: int(v)
+                    for k, v in zip(keys, values, strict=True)}
+
+    return RedisCounts()
+
+
 def run_once(name: str, bootstrap: str, topic: str, checkpoint: Path,
-             extra_conf: dict[str, Any] | None = None) -> dict[str, Any]:
+             extra_conf: dict[str, Any] | None = None, redis_url: str | None = None
+             ) -> dict[str, Any]:
     """One available-now run of the word count; returns its figures and the sink."""
     from topologies import LatestCounts, word_count
 
@@ -251,7 +287,8 @@ def run_once(name: str, bootstrap: str, topic: str, checkpoint: Path,
             "kstorm.trigger": "available-now", **(extra_conf or {})}
     sampler = Sampler(os.getpid()).start()
     started = time.monotonic()
-    handle = submit_topology(name, conf, word_count(spout, LatestCounts()))
+    sink = LatestCounts() if redis_url is None else redis_counts(redis_url, name)
+    handle = submit_topology(name, conf, word_count(spout, sink))
     handle.await_termination()
     wall = time.monotonic() - started
     sampler.stop()
@@ -285,7 +322,7 @@ def machine() -> str:
 
 
 def profile_run(name: str, bootstrap: str, topic: str, checkpoint: Path,
-                out: Path) -> dict[str, Any] | None:
+                out: Path, redis_url: str | None) -> dict[str, Any] | None:
     """The same run under py-spy (all Python processes of the tree); None without py-spy."""
     pyspy = shutil.which("py-spy")
     if pyspy is None:
@@ -299,7 +336,7 @@ def profile_run(name: str, bootstrap: str, topic: str, checkpoint: Path,
         if spy.poll() is not None:
             print(f"py-spy failed: {spy.stderr.read().decode()[-500:] if spy.stderr else ''}")
             return None
-        result = run_once(name, bootstrap, topic, checkpoint)
+        result = run_once(name, bootstrap, topic, checkpoint, redis_url=redis_url)
     finally:
         if spy.poll() is None:
             spy.send_signal(signal.SIGINT)
@@ -316,7 +353,10 @@ def profile_run(name: str, bootstrap: str, topic: str, checkpoint: Path,
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sentences", type=int, default=200_000)
+    parser.add_argument("--sentences", type=int, default=400_000)
+    parser.add_argument("--sink", choices=("redis", "memory"), default="redis",
+                        help="out: an exactly-once RedisSink on an embedded Redis (default), "
+                             "or a driver-side dict (the sink's own cost left out)")
     parser.add_argument("--profile-sentences", type=int, default=BATCH_CAP,
                         help="size of the profiled run (a topic of its own)")
     parser.add_argument("--no-profile", action="store_true")
@@ -329,7 +369,7 @@ def main(argv: list[str] | None = None) -> None:
     from kstorm._kafka.client import close_driver_consumers, create_topic
     from kstorm._spark.session import get_session
     from kstorm.config import TopologyConfig
-    from kstorm.embedded import EmbeddedKafka
+    from kstorm.embedded import EmbeddedKafka, EmbeddedRedis
 
     began, load_before = time.monotonic(), os.getloadavg()[0]
     records = sentence_records(args.sentences, seed=11, vocabulary=synthetic_vocabulary(VOCABULARY),
@@ -337,7 +377,9 @@ def main(argv: list[str] | None = None) -> None:
     small = records[:args.profile_sentences]
     work = Path(tempfile.mkdtemp(prefix="wordcount-throughput-"))
     try:
-        with EmbeddedKafka() as kafka:
+        with EmbeddedKafka() as kafka, contextlib.ExitStack() as services:
+            redis_url = (None if args.sink == "memory" else
+                         services.enter_context(EmbeddedRedis()).url)
             bootstrap = kafka.bootstrap_servers
             create_topic(bootstrap, "bench-sentences", partitions=PARTITIONS)
             produce_s = produce_sentences(bootstrap, "bench-sentences", records)
@@ -352,15 +394,18 @@ def main(argv: list[str] | None = None) -> None:
             session_s = time.monotonic() - t0
             master = str(spark.sparkContext.master)
             try:
-                run = run_once("bench-wordcount", bootstrap, "bench-sentences", work / "cp1")
+                run = run_once("bench-wordcount", bootstrap, "bench-sentences", work / "cp1",
+                               redis_url=redis_url)
                 check_counts(run["sink"], words)
                 report = figures(run, len(records), sum(words.values()))
                 report["load"] = (load_before, os.getloadavg()[0])
+                report["sink"] = args.sink
                 print_figures(report, session_s, master)
                 profile = None
                 if not args.no_profile:
                     profile = profile_run("bench-wordcount-profiled", bootstrap,
-                                          "bench-profile", work / "cp2", work / "pyspy.txt")
+                                          "bench-profile", work / "cp2", work / "pyspy.txt",
+                                          redis_url)
                 if profile is not None:
                     check_counts(profile["run"]["sink"], word_counts(small))
                     profile["sentences"] = len(small)
@@ -384,8 +429,9 @@ def word_counts(records: list[str]) -> Counter[str]:
 
 
 def check_counts(sink: Any, words: Counter[str]) -> None:
-    if sink.counts != dict(words):
-        wrong = {w: (sink.counts.get(w), n) for w, n in words.items() if sink.counts.get(w) != n}
+    counts = sink.counts  # (read from Redis: once)
+    if counts != dict(words):
+        wrong = {w: (counts.get(w), n) for w, n in words.items() if counts.get(w) != n}
         raise SystemExit(f"wrong counts (got, expected): {dict(list(wrong.items())[:5])}")
 
 
@@ -396,6 +442,7 @@ def figures(run: dict[str, Any], sentences: int, words: int) -> dict[str, Any]:
         "batches": progress["batches"],
         "first_commit_s": sink.commits[0][2] - run["started"] if sink.commits else None,
         "steady_sentences_s": steady_rate(sink, [n for n, _ in run["spark_batches"]]),
+        "words_per_sentence": words / sentences,
         "peak_rss": sampler.peak_rss_kb, "peak_by_kind": sampler.peak_by_kind_kb,
         "cpu": sampler.cpu_seconds(),
         "spark_batches": run["spark_batches"],
@@ -422,11 +469,16 @@ def print_figures(r: dict[str, Any], session_s: float, master: str) -> None:
           f"{r['words'] / r['wall_s']:,.0f} words/s (whole run)")
     if r["steady_sentences_s"]:
         print(f"steady state (first to last commit): {r['steady_sentences_s']:,.0f} "
-              "sentences/s")
+              f"sentences/s, {steady_words(r):,.0f} words/s (target >= {TARGET_WORDS_S:,})")
     print(f"peak RSS (process tree): {r['peak_rss'] / 2**20:.2f} GiB; by kind "
           + ", ".join(f"{k} {v / 1024:.0f} MiB" for k, v in r["peak_by_kind"].items()))
     print("CPU seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in r["cpu"].items()))
     print("\n".join(batch_table(r)))
+
+
+def steady_words(r: dict[str, Any]) -> float:
+    """Words/s between the first and the last commit (sentences/s x words per sentence)."""
+    return (r["steady_sentences_s"] or 0.0) * r["words_per_sentence"]
 
 
 def write_results(r: dict[str, Any], profile: dict[str, Any] | None, session_s: float,
@@ -442,7 +494,7 @@ def write_results(r: dict[str, Any], profile: dict[str, Any] | None, session_s: 
         f"{VOCABULARY:,} words with Zipf weights, 4 partitions) "
         "--shuffle--> `split` (BaseBasicBolt, 2 tasks) --fields(word)--> `count` "
         "(BaseStatefulBolt, 3 tasks, Spark state store via transformWithStateInPandas) "
-        "--fields(word)--> `out` (sink keeping the latest count per word). Available-now, "
+        f"--fields(word)--> `out` ({SINKS[r['sink']]}). Available-now, "
         f"`max_offsets_per_batch={BATCH_CAP:,}`, master `{master}`. Counts checked "
         "against the produced sentences.", "",
         "| figure | value |", "| --- | ---: |",
@@ -454,6 +506,8 @@ def write_results(r: dict[str, Any], profile: dict[str, Any] | None, session_s: 
         f"| **sentences/s (whole run)** | **{r['sentences'] / r['wall_s']:,.0f}** |",
         f"| **words/s (whole run)** | **{r['words'] / r['wall_s']:,.0f}** |",
         f"| sentences/s (first to last commit) | {steady} |",
+        f"| **words/s (first to last commit; issue 14's target: >= {TARGET_WORDS_S:,})** | "
+        f"**{steady_words(r):,.0f}** |",
         f"| sentences per CPU-second (all processes; less sensitive to load) | "
         f"{r['sentences'] / cpu_total:,.0f} |",
         f"| peak RSS, whole process tree | {r['peak_rss'] / 2**20:.2f} GiB |",
