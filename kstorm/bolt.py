@@ -70,14 +70,16 @@ class BasicOutputCollector:
 class BaseRichBolt(Component):
     """A bolt that emits, acks and fails explicitly.
 
-    A bolt instance lives for one batch of one task (one Storm transaction): ``prepare``
-    is called at the start of each batch. Keep state across batches in a
-    :class:`BaseStatefulBolt`'s ``KeyValueState``, which is checkpointed with the batch.
+    An instance lives as long as its task's Python worker process: ``prepare`` is called
+    once, before the task's first tuple in that process, and the instance serves the
+    following micro-batches (README, "How Storm maps onto Spark"). Spark may run the task in
+    another worker, which prepares its own instance. State that must survive a failure
+    belongs in a :class:`BaseStatefulBolt`'s ``KeyValueState``, checkpointed with the batch.
     """
 
     def prepare(self, conf: dict[str, Any], context: TopologyContext,
                 collector: OutputCollector) -> None:
-        """Called before the task's first tuple of a batch."""
+        """Called once per instance, before its first tuple."""
 
     def execute(self, tuple_: Tuple) -> None:
         """Process one input tuple."""
@@ -88,7 +90,7 @@ class BaseRichBolt(Component):
         """Called after the task's last tuple of a batch (Storm ``IBatchBolt.finishBatch``)."""
 
     def cleanup(self) -> None:
-        """Called when the task's batch is done."""
+        """Called when the instance is let go (its worker process stops with the topology)."""
 
 
 class BaseBasicBolt(Component):
@@ -98,7 +100,7 @@ class BaseBasicBolt(Component):
     """
 
     def prepare(self, conf: dict[str, Any], context: TopologyContext) -> None:
-        """Called before the task's first tuple of a batch."""
+        """Called once per instance, before its first tuple (see :class:`BaseRichBolt`)."""
 
     def execute(self, tuple_: Tuple, collector: BasicOutputCollector) -> None:
         """Process one input tuple."""
@@ -109,7 +111,7 @@ class BaseBasicBolt(Component):
         """Called after the task's last tuple of a batch."""
 
     def cleanup(self) -> None:
-        """Called when the task's batch is done."""
+        """Called when the instance is let go (its worker process stops with the topology)."""
 
 
 class BaseStatefulBolt(BaseRichBolt):

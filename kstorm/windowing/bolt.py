@@ -72,17 +72,18 @@ class WindowedOutputCollector(OutputCollector):
 class BaseWindowedBolt(WindowedBoltConfigMixin, Component):
     """A bolt that processes windows of tuples (Storm ``IWindowedBolt``).
 
-    Like every kstorm bolt, an instance lives for one micro-batch of one task: ``prepare`` is
-    called before the first window a task fires in a batch and ``cleanup`` after the batch.
-    The window contents themselves are kept by the runtime across batches (in Spark's state
-    store); keep your own state across batches in a :class:`BaseStatefulWindowedBolt`.
+    Like every kstorm bolt, an instance lives as long as its task's Python worker process:
+    ``prepare`` is called once, before the instance's first window, and ``cleanup`` when the
+    instance is let go (see :class:`kstorm.BaseRichBolt`). The window contents themselves are
+    kept by the runtime across batches (in Spark's state store); keep your own state that
+    must survive failures in a :class:`BaseStatefulWindowedBolt`.
     """
 
     is_windowed_bolt = True
 
     def prepare(self, conf: dict[str, Any], context: TopologyContext,
                 collector: OutputCollector) -> None:
-        """Called before the task's first window of a batch."""
+        """Called once per instance, before its first window."""
 
     def execute(self, window: TupleWindow) -> None:
         """Process the tuples of one window (``window.get()``, ``get_new()``, ``get_expired()``)."""
@@ -93,7 +94,7 @@ class BaseWindowedBolt(WindowedBoltConfigMixin, Component):
         """Called after the task's last window of a batch."""
 
     def cleanup(self) -> None:
-        """Called when the task's batch is done."""
+        """Called when the instance is let go (its worker process stops with the topology)."""
 
     def implicit_streams(self) -> dict[str, Fields]:
         """The late-tuple stream, when one was configured (declared automatically)."""
