@@ -8,7 +8,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kstorm._kafka.offsets import fair_share, from_json, plan_end, split_ranges, to_json
+from kstorm._kafka.offsets import (
+    OffsetRange,
+    fair_share,
+    from_json,
+    group_ranges,
+    plan_end,
+    split_ranges,
+    to_json,
+)
 from kstorm.errors import SourceError
 
 A0, A1, A2 = ("a", 0), ("a", 1), ("a", 2)
@@ -71,3 +79,18 @@ def test_fair_share_never_exceeds_cap_or_availability_and_uses_what_it_can(avail
     starved = [shares[("t", p)] for p, n in available.items() if shares[("t", p)] < n]
     if starved:
         assert max(shares.values()) - min(starved) <= 1
+
+
+def test_short_ranges_are_packed_into_read_tasks_of_a_minimum_size() -> None:
+    def sizes(groups: list[list[OffsetRange]]) -> list[list[int]]:
+        return [[r.end - r.start for r in g] for g in groups]
+
+    five = [OffsetRange("t", p, 0, 5_000) for p in range(4)]
+    assert sizes(group_ranges(five, 10_000)) == [[5_000, 5_000], [5_000, 5_000]]
+    big = [OffsetRange("t", p, 0, 25_000) for p in range(4)]
+    assert sizes(group_ranges(big, 10_000)) == [[25_000]] * 4  # long ranges: one task each
+    mixed = [OffsetRange("t", 0, 0, 1), OffsetRange("t", 1, 0, 30_000), OffsetRange("t", 2, 0, 3)]
+    assert sizes(group_ranges(mixed, 10_000)) == [[1, 30_000], [3]]
+    assert group_ranges([], 10_000) == []
+    # every range once, in order: a replay of the batch groups the same way
+    assert [r for g in group_ranges(mixed, 10_000) for r in g] == mixed

@@ -14,7 +14,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -159,3 +159,26 @@ def split_ranges(
         for lo in range(begin, stop, step):
             ranges.append(OffsetRange(topic, partition, lo, min(lo + step, stop)))
     return ranges
+
+
+def group_ranges(ranges: Sequence[OffsetRange], min_offsets: int) -> list[list[OffsetRange]]:
+    """``ranges`` in order, packed into groups of at least ``min_offsets`` offsets.
+
+    A group closes once it holds ``min_offsets`` offsets or more, so a range as long as that
+    is a group of its own; the last group may hold fewer. The grouping depends only on the
+    ranges, so a replayed batch groups the same way.
+
+    Example:
+        >>> rs = [OffsetRange("t", p, 0, 5) for p in range(4)]
+        >>> [[r.partition for r in g] for g in group_ranges(rs, 10)]
+        [[0, 1], [2, 3]]
+    """
+    groups: list[list[OffsetRange]] = []
+    size = min_offsets
+    for r in ranges:
+        if size >= min_offsets:
+            groups.append([])
+            size = 0
+        groups[-1].append(r)
+        size += r.end - r.start
+    return groups

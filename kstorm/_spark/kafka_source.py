@@ -48,6 +48,7 @@ from kstorm._kafka.offsets import (
     Offsets,
     TopicPartition,
     from_json,
+    group_ranges,
     plan_end,
     split_ranges,
     to_json,
@@ -66,6 +67,10 @@ CLOCKS_OPTION = "kstorm.clocks_file"
 FUSED_OPTION = "kstorm.fused_stage"  # a stage run inside read(): rows never reach the JVM
 ACK_ON_EMIT_OPTION = "kstorm.ack_on_emit"  # at most once, a spout with its own ack: "1"
 ACKING_OPTION = "kstorm.acking"  # tracked spout (at-least-once): {"book": path, "max_pending"}
+# A read task's fixed cost (a Spark task, its Python worker round trip, a fetch) is ~20-35
+# ms on 2 cores: ranges shorter than this are read several to a task. At 20,000 offsets a
+# batch over 4 partitions runs as 2 tasks instead of 4 (two waves on 2 cores).
+MIN_OFFSETS_PER_TASK = 10_000
 
 
 def spark_schema(spout: KafkaSpout) -> StructType:
@@ -74,15 +79,16 @@ def spark_schema(spout: KafkaSpout) -> StructType:
 
 
 class KafkaInputPartition(InputPartition):
-    """One read task: an :class:`OffsetRange` of one topic-partition.
+    """One read task: ``(range, clock)`` pairs, read one after the other.
 
-    ``clock`` is the partition's latest event timestamp before the range, recorded with the
-    batch's offsets when a windowed aggregate reads this spout (None otherwise or unknown).
+    Each range is an :class:`OffsetRange` of one topic-partition; ``clock`` is that
+    partition's latest event timestamp before the range, recorded with the batch's offsets
+    when a windowed aggregate reads this spout (None otherwise or unknown).
     """
 
-    def __init__(self, task: OffsetRange, clock: int | None = None,
+    def __init__(self, ranges: list[tuple[OffsetRange, int | None]],
                  now: int | None = None) -> None:
-        super().__init__((task, clock, now))
+        super().__init__((ranges, now))
 
 
 class KafkaRetryPartition(InputPartition):
@@ -239,17 +245,24 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return None if self._latest is None else to_json(self._latest)
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
-        """One read task per non-empty range (split by ``max_offsets_per_task``)."""
+        """The batch's read tasks: its non-empty ranges, grouped.
+
+        Ranges are packed into tasks of at least :data:`MIN_OFFSETS_PER_TASK` offsets, or
+        each split by ``max_offsets_per_task`` when the spout sets it.
+        """
         clocks = end.get(CLOCKS_KEY, {})
         if clocks and self.spout.max_offsets_per_task is not None:
             msg = ("kafka spout: max_offsets_per_task cannot split partitions read by a "
                    "windowed aggregate (lateness is decided in offset order)")
             raise ConfigError(msg)
         ranges = split_ranges(from_json(start), from_json(end), self.spout.max_offsets_per_task)
+        groups = (group_ranges(ranges, MIN_OFFSETS_PER_TASK)
+                  if self.spout.max_offsets_per_task is None else [[r] for r in ranges])
         now, retries = read_marks(end)
         parts: list[InputPartition] = [
-            KafkaInputPartition(task, clock_of(clocks, f"{task.topic}/{task.partition}"), now)
-            for task in ranges]
+            KafkaInputPartition([(r, clock_of(clocks, f"{r.topic}/{r.partition}"))
+                                 for r in group], now)
+            for group in groups]
         by_partition: dict[tuple[str, int], list[tuple[int, int]]] = defaultdict(list)
         for topic, partition, offset, attempt in retries:
             by_partition[(topic, partition)].append((offset, attempt))
@@ -272,15 +285,22 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if isinstance(partition, KafkaRetryPartition):
             yield from self._read_retries(*partition.value)
             return
-        task, clock, now = partition.value
-        records = read_range(self.spout, task)
-        if self.ack_on_emit:
-            records = _acked_on_emit(self.spout, records)
+        ranges, now = partition.value
+        batches = self._ranges(ranges, now)
         if self.fused is not None:
-            yield from self.fused(self._with_clock(records, clock, now))
+            yield from self.fused(batches)
             return
-        for batch in self._with_clock(records, clock, now):
+        for batch in batches:
             yield batch if batch.schema.equals(self.arrow_schema) else batch.cast(self.arrow_schema)
+
+    def _ranges(self, ranges: list[tuple[OffsetRange, int | None]], now: int | None
+                ) -> Iterator[pa.RecordBatch]:
+        """The records of a read task's ranges, one range after the other."""
+        for task, clock in ranges:
+            records = read_range(self.spout, task)
+            if self.ack_on_emit:
+                records = _acked_on_emit(self.spout, records)
+            yield from self._with_clock(records, clock, now)
 
     def _read_retries(self, topic: str, partition: int, retries: list[tuple[int, int]],
                       now: int | None) -> Iterator[pa.RecordBatch]:
