@@ -582,9 +582,10 @@ def reading(r: dict[str, Any], profile: dict[str, Any] | None) -> list[str]:
                 f"commit phase {pct('driver commit')}. (The profiled run is one batch, so "
                 "its start-up weighs more there than in the measured run.)",
                 f"- **TWS state calls are {pct('TWS state')} of the Python samples**: the "
-                "stateful stage reads each key once per batch and task (then from a cache) "
-                "and writes it once at the end of the batch, so state-store round trips "
-                "scale with distinct words per batch, not with tuples."]
+                "stateful stage reads each key at most once per batch and task (then from "
+                "a cache), by scanning the task's map once it has made 16 point reads, and "
+                "writes the batch's changes at its end, 64 per round trip "
+                "(`kstorm/_spark/tws_map.py`)."]
     return [*out, ""]
 
 
