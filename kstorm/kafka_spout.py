@@ -93,7 +93,9 @@ class KafkaSpout(BaseRichSpout):
         first_batch_max_offsets: a smaller cap for the first batch after a (re)start, so
             the first results come out soon even when the steady batches are large
             (default: 50,000; ``None`` turns the ramp-up off).
-        max_offsets_per_task: split a partition's range into read tasks of this size.
+        max_offsets_per_task: split a partition's range into read tasks of this size
+            (without it, a range is one task and short ranges share one, 10,000 offsets or
+            more a task).
         consumer_config: extra librdkafka settings (fetch sizes...); security settings in it
             (``security.protocol``, ``sasl.*``, ``ssl.*``) apply to every client of the spout.
         connection: a :class:`kstorm.KafkaConnection` to use instead of the topology's
