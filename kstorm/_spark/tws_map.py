@@ -81,14 +81,14 @@ class BinaryMap:
         self._ms = map_state
         self._fast = False
         try:
-            from pyspark.serializers import pickle_protocol, read_int, write_int
+            from pyspark.serializers import pickle_protocol, write_int
             from pyspark.sql.streaming.proto import StateMessage_pb2
 
             client = map_state._mapStateClient._stateful_processor_api_client
             self._name = map_state._stateName
             self._pb = StateMessage_pb2
             self._protocol = pickle_protocol
-            self._read_int, self._write_int = read_int, write_int
+            self._write_int = write_int
             self._client = client
             self._fast = hasattr(client, "sockfile") and all(
                 callable(getattr(client, name, None)) for name in
@@ -113,8 +113,9 @@ class BinaryMap:
         out.write(data)
         out.flush()
 
-    def _key(self, key: bytes) -> bytes:
-        return pickle.dumps((key,), self._protocol)
+    def _row(self, field: bytes) -> bytes:
+        """A one-field row as pyspark sends it (``StructType.toInternal``, then pickled)."""
+        return pickle.dumps((field,), self._protocol)
 
     # -- the map --------------------------------------------------------------------------
     def get(self, key: bytes) -> bytes | None:
@@ -122,7 +123,7 @@ class BinaryMap:
         if not self._fast:
             row = self._ms.getValue((key,))
             return None if row is None else row[0]
-        status, error, value = self._call(getValue=self._pb.GetValue(userKey=self._key(key)))
+        status, error, value = self._call(getValue=self._pb.GetValue(userKey=self._row(key)))
         if status != 0:
             msg = f"TWS map state {self._name!r}: get failed: {error}"
             raise StateServerError(msg)
@@ -130,14 +131,7 @@ class BinaryMap:
 
     def update(self, key: bytes, value: bytes) -> None:
         """Store ``value`` under ``key``."""
-        if not self._fast:
-            self._ms.updateValue((key,), (value,))
-            return
-        status, error, _ = self._call(updateValue=self._pb.UpdateValue(
-            userKey=self._key(key), value=pickle.dumps((value,), self._protocol)))
-        if status != 0:
-            msg = f"TWS map state {self._name!r}: update failed: {error}"
-            raise StateServerError(msg)
+        self.update_all([(key, value)])
 
     def update_all(self, entries: Iterable[tuple[bytes, bytes]]) -> None:
         """:meth:`update` each ``(key, value)``, :data:`PIPELINE` requests per round trip.
@@ -148,13 +142,13 @@ class BinaryMap:
         """
         if not self._fast:
             for key, value in entries:
-                self.update(key, value)
+                self._ms.updateValue((key,), (value,))
             return
         window: list[bytes] = []
         for key, value in entries:
             window.append(key)
-            self._send(updateValue=self._pb.UpdateValue(
-                userKey=self._key(key), value=pickle.dumps((value,), self._protocol)))
+            self._send(updateValue=self._pb.UpdateValue(userKey=self._row(key),
+                                                        value=self._row(value)))
             if len(window) >= PIPELINE:
                 self._answers(window)
         self._answers(window)
