@@ -134,7 +134,10 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.clocks_file = clocks_file
         # The first stage, when it reads this spout alone (e.g. a windowed aggregate's
         # partials): run in the read task, so only its small output crosses into the JVM.
-        self.fused = pickle.loads(base64.b64decode(fused)) if fused else None
+        # Kept pickled until a read task runs it: Spark's planner processes, which build
+        # readers too, then never import the stage's code (the user's bolts and what they
+        # import).
+        self.fused = fused
         # a cache key of confirmed ends (raises ConfigError if the spout has no brokers)
         self.bootstrap: str = spout.resolved_connection().bootstrap_servers
         # At-least-once: the commit phase's SpoutBook (un-acked tuples, retries) for this spout.
@@ -288,7 +291,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         ranges, now = partition.value
         batches = self._ranges(ranges, now)
         if self.fused is not None:
-            yield from self.fused(batches)
+            yield from pickle.loads(base64.b64decode(self.fused))(batches)
             return
         for batch in batches:
             yield batch if batch.schema.equals(self.arrow_schema) else batch.cast(self.arrow_schema)

@@ -1,7 +1,7 @@
 """Warm-up: start Spark's Python workers while the JVM plans the topology's query.
 
 The first micro-batch otherwise pays for starting the worker daemon and importing pyarrow,
-confluent-kafka and kstorm in each worker (seconds on 2 cores). :func:`warm_up` runs one tiny
+pandas, confluent-kafka and kstorm in each worker (seconds on 2 cores). :func:`warm_up` runs one tiny
 Arrow job right after the session starts, in a background thread, while the topology is
 compiled and the query initialised (JVM work that needs no task slot). It must be a SQL
 Arrow job (``mapInArrow``): Spark keeps one worker daemon per worker environment, and a SQL
@@ -19,6 +19,8 @@ from typing import Any
 
 def _import_stage_modules(batches: Iterator[Any]) -> Iterator[Any]:
     # What the first batch's tasks import; workers are reused, so this is paid once.
+    import pandas  # noqa: F401  (pyarrow imports it on the first batch's first column)
+
     import kstorm._kafka.fetch  # noqa: F401
     import kstorm._spark.stage  # noqa: F401
     import kstorm._spark.windowed  # noqa: F401
