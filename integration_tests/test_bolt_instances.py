@@ -13,7 +13,7 @@ import uuid
 from collections import defaultdict
 from typing import Any
 
-from kstorm import BaseBasicBolt, Fields, TopologyBuilder
+from kstorm import BaseBasicBolt, BaseRichBolt, Fields, TopologyBuilder
 from kstorm.testing import ListSpout, run_to_completion
 
 BATCHES = 20
@@ -61,3 +61,52 @@ def test_a_bolt_is_prepared_once_per_task_and_worker_not_per_batch(spark: Any,
     prepared = result.progress["components"]["counter"]["prepared"]
     assert prepared == sum(len(s) for s in instances.values())
     assert prepared <= 2 * 2 * 2  # tasks x partitions x worker processes, far below 2 x 20
+
+
+class HoldUntilNext(BaseRichBolt):
+    """Holds each tuple of its task until the task's next tuple arrives (a later batch).
+
+    A bulk-acking bolt (seed 001): it emits a held tuple's word anchored to it, then acks it,
+    only when the next tuple of its task comes; a key's last tuple (``last``) is acked at
+    once. ``(task, pid, instance)`` of every ack goes out with it.
+    """
+
+    def prepare(self, conf: dict[str, Any], context: Any, collector: Any) -> None:
+        self.collector = collector
+        self.context = context
+        self.instance = uuid.uuid4().hex
+        self.held: list[Any] = []
+
+    def declare_output_fields(self, declarer: Any) -> None:
+        declarer.declare(Fields("n", "task", "pid", "instance"))
+
+    def execute(self, tuple_: Any) -> None:
+        for held in [*self.held, tuple_] if tuple_.values[2] else self.held:
+            self.collector.emit([held.values[0], self.context.task_index, os.getpid(),
+                                 self.instance], anchors=[held])
+            self.collector.ack(held)
+        self.held = [] if tuple_.values[2] else [tuple_]
+
+
+def test_a_bolt_holding_tuples_across_batches_acks_them_later(spark: Any,
+                                                              tmp_path: Any) -> None:
+    """Each tuple stays un-acked past its batch, yet none times out or is replayed."""
+    keys, per_key = 4, BATCHES  # one tuple of each key per batch
+    batches = [[(b * keys + k, k, b == per_key - 1) for k in range(keys)]
+               for b in range(per_key)]
+    builder = TopologyBuilder()
+    builder.set_spout("numbers", ListSpout(batches, Fields("n", "key", "last"), partitions=2))
+    builder.set_bolt("holder", HoldUntilNext(), 2).fields_grouping("numbers", Fields("key"))
+    result = run_to_completion(builder.create_topology(), {
+        "topology.guarantee": "at-least-once", "topology.message.timeout.secs": 30,
+        "kstorm.checkpoint.dir": str(tmp_path / "cp")}, name="holder")
+    rows = result.emitted["holder"]["default"]
+    assert sorted(r[0] for r in rows) == list(range(keys * per_key))  # each exactly once
+    spout = result.progress["components"]["numbers"]
+    assert spout["acked"] == keys * per_key
+    assert spout.get("timed_out", 0) == 0 and spout.get("replayed", 0) == 0
+    assert spout.get("failed", 0) == 0
+    # one instance per task did all of its task's acks, in one process
+    for task in (0, 1):
+        assert len({(r[2], r[3]) for r in rows if r[1] == task}) == 1
+    assert result.progress["components"]["holder"]["prepared"] == 2

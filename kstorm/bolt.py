@@ -70,11 +70,12 @@ class BasicOutputCollector:
 class BaseRichBolt(Component):
     """A bolt that emits, acks and fails explicitly.
 
-    An instance lives as long as its task's Python worker process: ``prepare`` is called
-    once, before the task's first tuple in that process, and the instance serves the
-    following micro-batches (README, "How Storm maps onto Spark"). Spark may run the task in
-    another worker, which prepares its own instance. State that must survive a failure
-    belongs in a :class:`BaseStatefulBolt`'s ``KeyValueState``, checkpointed with the batch.
+    An instance lives as long as the Python worker process that owns its task's partition:
+    ``prepare`` is called once, before the task's first tuple, and the instance serves the
+    following micro-batches, whichever worker Spark gives them to (README, "How Storm maps
+    onto Spark"); if that worker dies, another prepares a new instance. State that must
+    survive a failure belongs in a :class:`BaseStatefulBolt`'s ``KeyValueState``,
+    checkpointed with the batch.
     """
 
     def prepare(self, conf: dict[str, Any], context: TopologyContext,

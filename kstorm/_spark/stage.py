@@ -13,6 +13,7 @@ records.
 from __future__ import annotations
 
 import pickle
+import threading
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -41,6 +42,7 @@ from kstorm._runtime.envelope import (
 from kstorm._runtime.executor import StageExecutor
 from kstorm._runtime.plan import AckingPlan, Plan
 from kstorm._runtime.transaction import ATTEMPT_PROPERTY, DEAD_LETTER_PROPERTY
+from kstorm._spark.affinity import AFFINITY, Request, connect, forward, forwarded_task
 from kstorm._spark.gc_control import freeze_imports
 from kstorm._spark.tws_map import BinaryMap
 from kstorm.config import TopologyConfig
@@ -90,8 +92,9 @@ class BoltInstances:
     """The bolt instances of this Python worker process, per stage run (``run_id``).
 
     A stage's bolt instances stay for the next micro-batch that runs the same task in this
-    process (``prepare`` once per task and process). Spark may run a task in another worker
-    process, or restart one: that process prepares its own instance (counted as
+    process (``prepare`` once per task and process). A stateless stage's partitions come
+    back to the process that owns them (:class:`StageRunner`); a stateful stage's task may
+    run in another worker process, which prepares its own instance (counted as
     ``<component>.prepared`` in progress). Instances of the stages run least recently are let
     go (``cleanup()``) once more than ``keep`` stages are cached, and at process exit.
     """
@@ -100,24 +103,32 @@ class BoltInstances:
         self.keep = keep
         self._runs: dict[str, dict[tuple[str, int], Any]] = {}
         self._exit_hook = False
+        self._lock = threading.Lock()  # partitions run for other workers run in threads
 
     def of(self, run_id: str) -> dict[tuple[str, int], Any]:
         """The instances of one stage run (created on first use, most recent last)."""
-        found = self._runs.pop(run_id, None)
-        if found is None:
-            found = {}
-            if not self._exit_hook:
-                import atexit
+        with self._lock:
+            found = self._runs.pop(run_id, None)
+            if found is None:
+                found = {}
+                if not self._exit_hook:
+                    import atexit
 
-                atexit.register(self.clear)
-                self._exit_hook = True
-        self._runs[run_id] = found
-        while len(self._runs) > self.keep:
-            self._release(self._runs.pop(next(iter(self._runs))))
+                    atexit.register(self.clear)
+                    self._exit_hook = True
+            self._runs[run_id] = found
+            gone = []
+            while len(self._runs) > self.keep:
+                old = next(iter(self._runs))
+                gone.append((old, self._runs.pop(old)))
+        for old, instances in gone:
+            AFFINITY.release(f"{old}.")
+            self._release(instances)
         return found
 
     def clear(self) -> None:
         """Let every instance go (``cleanup()``)."""
+        AFFINITY.close()
         while self._runs:
             self._release(self._runs.pop(next(iter(self._runs))))
 
@@ -137,6 +148,9 @@ INSTANCES = BoltInstances()
 
 def _local(name: str) -> str | None:
     """A Spark local property of the current task (set by the driver for the job)."""
+    forwarded = forwarded_task()
+    if forwarded is not None:
+        return forwarded[1].get(name)
     from pyspark import TaskContext
 
     tc = TaskContext.get()
@@ -155,6 +169,9 @@ def dead_lettering() -> str | None:
 
 
 def _partition() -> int:
+    forwarded = forwarded_task()
+    if forwarded is not None:
+        return forwarded[0]
     from pyspark import TaskContext
 
     tc = TaskContext.get()
@@ -303,14 +320,40 @@ def packed(outgoing: Iterator[Outgoing | Packed], size: int = 8192
         yield to_arrow(chunk)
 
 
+#: Spark local properties a stage reads (``_local``); sent along with a forwarded partition.
+TASK_PROPERTIES = ("streaming.sql.batchId", ATTEMPT_PROPERTY, DEAD_LETTER_PROPERTY)
+
+
 class StageRunner:
-    """``mapInArrow`` function of a stateless stage."""
+    """``mapInArrow`` function of a stateless stage.
+
+    Each partition of the stage runs in the Python worker that first ran it, on the bolt
+    instances that worker prepared, while that worker lives (``kstorm/_spark/affinity.py``):
+    the worker Spark gives the partition to forwards it there.
+    """
 
     def __init__(self, ctx: StageContext) -> None:
         self.ctx = ctx
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         freeze_imports()
+        partition = _partition()
+        key = f"{self.ctx.run_id}.{self.ctx.stage_index}.{partition}"
+        address = AFFINITY.owner(key, self.run)
+        if address:  # another worker owns it
+            conn = connect(address)
+            if conn is not None:
+                request = Request(key, partition, {p: _local(p) for p in TASK_PROPERTIES})
+                yield from forward(conn, request, batches)
+                return
+            address = AFFINITY.owner(key, self.run)  # the owner died: take its place
+        if address is None:
+            yield from AFFINITY.run_owned(key, batches)
+        else:  # affinity off here, or an owner that does not answer: as without affinity
+            yield from self.run(batches)
+
+    def run(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """Run one partition of the stage in this process."""
         ctx = self.ctx
         partition = _partition()
         par = ctx.topology.components[ctx.stage.head].parallelism

@@ -1,8 +1,8 @@
 """Warm-up: start Spark's Python workers while the JVM plans the topology's query.
 
 The first micro-batch otherwise pays for starting the worker daemon and importing pyarrow,
-pandas, confluent-kafka and kstorm in each worker (seconds on 2 cores). :func:`warm_up` runs one tiny
-Arrow job right after the session starts, in a background thread, while the topology is
+pandas, confluent-kafka and kstorm in each worker (seconds on 2 cores). :func:`warm_up` runs
+one tiny Arrow job right after the session starts, in a background thread, while the topology is
 compiled and the query initialised (JVM work that needs no task slot). It must be a SQL
 Arrow job (``mapInArrow``): Spark keeps one worker daemon per worker environment, and a SQL
 Arrow job's (the same as the stages' and the Python data sources' reads) differs from an
