@@ -110,3 +110,43 @@ def test_a_bolt_holding_tuples_across_batches_acks_them_later(spark: Any,
     for task in (0, 1):
         assert len({(r[2], r[3]) for r in rows if r[1] == task}) == 1
     assert result.progress["components"]["holder"]["prepared"] == 2
+
+
+class CleanupMarker(BaseBasicBolt):
+    """Writes ``<instance>.prepared`` on prepare and ``<instance>.cleaned`` on cleanup."""
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+
+    def prepare(self, conf: dict[str, Any], context: Any) -> None:
+        self.instance = f"{context.task_index}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        with open(os.path.join(self.directory, f"{self.instance}.prepared"), "w"):
+            pass
+
+    def declare_output_fields(self, declarer: Any) -> None:
+        declarer.declare(Fields("n"))
+
+    def execute(self, tuple_: Any, collector: Any) -> None:
+        collector.emit([tuple_.values[0]])
+
+    def cleanup(self) -> None:
+        with open(os.path.join(self.directory, f"{self.instance}.cleaned"), "w"):
+            pass
+
+
+def test_every_bolt_instance_is_cleaned_up_when_the_topology_stops(spark: Any,
+                                                                    tmp_path: Any) -> None:
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    batches = [[(b * 10 + i,) for i in range(10)] for b in range(5)]
+    builder = TopologyBuilder()
+    builder.set_spout("numbers", ListSpout(batches, Fields("n"), partitions=2))
+    builder.set_bolt("marker", CleanupMarker(str(marks)), 2).fields_grouping("numbers",
+                                                                             Fields("n"))
+    result = run_to_completion(builder.create_topology(),
+                               {"kstorm.checkpoint.dir": str(tmp_path / "cp")})
+    assert sorted(r[0] for r in result.emitted["marker"]["default"]) == list(range(50))
+    prepared = {p.stem for p in marks.glob("*.prepared")}
+    cleaned = {p.stem for p in marks.glob("*.cleaned")}
+    assert len(prepared) == 2  # once per task
+    assert cleaned == prepared  # and each let go once the run ended

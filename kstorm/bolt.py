@@ -91,7 +91,11 @@ class BaseRichBolt(Component):
         """Called after the task's last tuple of a batch (Storm ``IBatchBolt.finishBatch``)."""
 
     def cleanup(self) -> None:
-        """Called when the instance is let go (its worker process stops with the topology)."""
+        """Called when the instance is let go: its topology stopped.
+
+        ``handle.stop()``, or the end of an available-now run; in the Python worker that
+        holds the instance. Like Storm's, not called when that process is killed.
+        """
 
 
 class BaseBasicBolt(Component):
@@ -112,7 +116,11 @@ class BaseBasicBolt(Component):
         """Called after the task's last tuple of a batch."""
 
     def cleanup(self) -> None:
-        """Called when the instance is let go (its worker process stops with the topology)."""
+        """Called when the instance is let go: its topology stopped.
+
+        ``handle.stop()``, or the end of an available-now run; in the Python worker that
+        holds the instance. Like Storm's, not called when that process is killed.
+        """
 
 
 class BaseStatefulBolt(BaseRichBolt):

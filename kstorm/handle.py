@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Callable
 from typing import Any
 
 from kstorm import errors
@@ -24,12 +25,13 @@ class TopologyHandle:
     """A running topology (a Spark streaming query plus its commit phase)."""
 
     def __init__(self, name: str, query: Any, commit: Any, settings: TopologyConfig,
-                 metrics: Any = None) -> None:
+                 metrics: Any = None, on_stop: Callable[[], None] | None = None) -> None:
         self.name = name
         self._query = query
         self._commit = commit
         self.settings = settings
         self._metrics = metrics
+        self._on_stop = on_stop  # lets the bolt instances go (cleanup()) once stopped
 
     @property
     def metrics_url(self) -> str | None:
@@ -87,10 +89,10 @@ class TopologyHandle:
             done = (self._query.awaitTermination() if timeout is None
                     else self._query.awaitTermination(timeout))
         except Exception as exc:
-            self._commit.close()
+            self._finished()
             raise failure(self.name, exc, self._commit.failure) from exc
         if done is None or done:
-            self._commit.close()
+            self._finished()
             return True
         return False
 
@@ -108,10 +110,21 @@ class TopologyHandle:
             self._query.stop()
         except Exception as exc:  # the query's own failure, re-raised by Spark on stop
             log.debug("topology %r stopped after failing: %s", self.name, failure(self.name, exc))
-        self._commit.close()
+        self._finished()
         if self._metrics is not None:
             self._metrics.close()
             self._metrics = None
+
+    def _finished(self) -> None:
+        """Once stopped: close the commit phase; the bolts' ``cleanup`` runs in the workers."""
+        self._commit.close()
+        on_stop, self._on_stop = self._on_stop, None
+        if on_stop is not None:
+            try:
+                on_stop()
+            except Exception as exc:  # noqa: BLE001 - the topology's own outcome stands
+                log.warning("topology %r: its bolts' cleanup did not run everywhere: %s",
+                            self.name, exc)
 
 
 def failure(name: str, exc: BaseException, own: BaseException | None = None) -> KstormError:

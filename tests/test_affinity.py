@@ -153,3 +153,34 @@ def test_files_of_gone_processes_and_past_runs_are_removed(tmp_path: Path) -> No
         os.close(held)
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
         p.name for p in (live, old_held, new_free))
+
+
+def _serve_and_report(directory: str, ready: object, released: object) -> None:
+    affinity = Affinity(Path(directory))
+    affinity.on_release = lambda prefix: released.send(prefix)  # type: ignore[attr-defined]
+    affinity.serving()
+    ready.send(True)  # type: ignore[attr-defined]
+    signal.pause()
+
+
+def test_a_stopped_runs_release_reaches_every_serving_worker(tmp_path: Path) -> None:
+    from kstorm._spark.affinity import broadcast_release
+
+    ctx = multiprocessing.get_context("fork")
+    workers = []
+    for _ in range(2):
+        here, there = ctx.Pipe()
+        report, reported = ctx.Pipe()
+        process = ctx.Process(target=_serve_and_report, args=(str(tmp_path), there, reported),
+                              daemon=True)
+        process.start()
+        assert here.poll(20)
+        workers.append((process, report))
+    try:
+        assert broadcast_release("run7.", tmp_path) == 2
+        for _, report in workers:
+            assert report.poll(10) and report.recv() == "run7."
+    finally:
+        for process, _ in workers:
+            os.kill(process.pid, signal.SIGKILL)
+            process.join(10)

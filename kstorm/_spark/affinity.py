@@ -23,7 +23,9 @@ on the same machine.
 Wire format, both ways: frames of one type byte and an 8-byte big-endian length. The
 request is ``R`` (pickled :class:`Request`), then ``B`` frames (an Arrow IPC stream of one
 record batch) and ``D`` (end of input); the answer is ``B`` frames, then ``D``, or ``E``
-(the owner's error, as text) instead.
+(the owner's error, as text) instead. ``X`` (a stopped topology's run id) asks a worker to
+let that run's bolt instances go (``cleanup``); it answers ``D``. Every worker that holds
+bolt instances serves, owner or not, so a stopped topology reaches them all.
 """
 
 from __future__ import annotations
@@ -51,7 +53,8 @@ from kstorm.errors import KstormError
 log = logging.getLogger("kstorm.affinity")
 
 _HEADER = struct.Struct(">cQ")
-REQUEST, BATCH, DONE, ERROR = b"R", b"B", b"D", b"E"
+REQUEST, BATCH, DONE, ERROR, RELEASE = b"R", b"B", b"D", b"E", b"X"
+RELEASE_TIMEOUT_S = 10.0  # how long a worker may take to clean up a stopped run's bolts
 OWNER_WAIT_S = 2.0  # how long a new owner may take to write its address
 
 
@@ -133,6 +136,7 @@ class Affinity:
         self._server: socket.socket | None = None
         self._pid = os.getpid()
         self._broken = False
+        self.on_release: Callable[[str], None] = self.release  # what ``X`` runs
 
     # Who owns what -------------------------------------------------------------------------
 
@@ -239,6 +243,17 @@ class Affinity:
 
     # Serving ------------------------------------------------------------------------------
 
+    def serving(self) -> None:
+        """Serve (if not yet): other workers and stopped topologies can reach this one."""
+        self._reset_after_fork()
+        if self._broken:
+            return
+        try:
+            self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+            self._serve()
+        except OSError as exc:
+            self._give_up(exc)
+
     def _serve(self) -> str:
         with self._lock:
             if self._address is not None:
@@ -269,6 +284,11 @@ class Affinity:
         with conn, conn.makefile("rb") as inp, conn.makefile("wb") as out:
             try:
                 kind, payload = _receive(inp)
+                if kind == RELEASE:
+                    self.on_release(payload.decode())
+                    _send(out, DONE)
+                    out.flush()
+                    return
                 if kind != REQUEST:
                     return
                 request: Request = pickle.loads(payload)
@@ -326,6 +346,33 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def broadcast_release(prefix: str, directory: Path | None = None) -> int:
+    """Ask every live worker serving in ``directory`` to let run ``prefix``'s bolts go.
+
+    Returns how many answered. A worker that does not answer within
+    :data:`RELEASE_TIMEOUT_S` (a bolt's ``cleanup`` hanging) is left alone.
+    """
+    directory = directory or AFFINITY.directory
+    answered = 0
+    for path in sorted(directory.glob("*.sock")) if directory.is_dir() else []:
+        pid = path.name.split("-", 1)[0]
+        if not pid.isdigit() or not _alive(int(pid)):
+            continue
+        conn = connect(str(path))
+        if conn is None:
+            continue
+        conn.settimeout(RELEASE_TIMEOUT_S)
+        try:
+            with conn, conn.makefile("rb") as inp, conn.makefile("wb") as out:
+                _send(out, RELEASE, prefix.encode())
+                out.flush()
+                if _receive(inp)[0] == DONE:
+                    answered += 1
+        except (OSError, ForwardError) as exc:
+            log.warning("worker %s did not let run %s's bolts go: %s", pid, prefix, exc)
+    return answered
 
 
 def connect(address: str) -> socket.socket | None:

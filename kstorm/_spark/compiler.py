@@ -18,6 +18,7 @@ the stages' ``__acker`` rows into events for the spouts.
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,6 +44,7 @@ class CompiledQuery:
 
     output: DataFrame                # union of leaf stages: envelope rows for the driver
     stage_frames: dict[int, DataFrame]
+    run: str = ""                    # this submit's id: its stages' run ids start with it
 
 
 def compile_query(spark: SparkSession, topology: StormTopology, plan: Plan, name: str,
@@ -57,6 +59,7 @@ def compile_query(spark: SparkSession, topology: StormTopology, plan: Plan, name
     (at-least-once): the tracked spouts; their sources read the commit phase's books and
     the ackers run at the end of the plan. ``txid_base``: txid = base + batch id.
     """
+    run = uuid.uuid4().hex  # the stages' run ids: "<run>.<stage>" (bolt instances, affinity)
     raw: dict[int, DataFrame] = {}
     env: dict[int, DataFrame] = {}
     readers = _envelope_readers(plan, topology)
@@ -66,7 +69,8 @@ def compile_query(spark: SparkSession, topology: StormTopology, plan: Plan, name
         if stage.is_source and stage.envelope_source:
             # a free-form spout: its source stage runs in the read of its logged batches
             ctx = StageContext(topology, plan, stage.index, name, settings, conf, True,
-                               acking=acking, txid_base=txid_base)
+                               acking=acking, txid_base=txid_base,
+                               run_id=f"{run}.{stage.index}")
             env[stage.index] = read_spout(spark, topology.components[stage.head], settings,
                                           fused=StageRunner(ctx), topology_name=name,
                                           conf=conf, layout=layout, txid_base=txid_base,
@@ -81,7 +85,8 @@ def compile_query(spark: SparkSession, topology: StormTopology, plan: Plan, name
             if window is not None and _fusable(stage, window, topology):
                 # the window's partials are computed in the spout's read tasks
                 ctx = StageContext(topology, plan, window.index, name, settings, conf, True,
-                               acking=None, txid_base=txid_base)
+                               acking=None, txid_base=txid_base,
+                               run_id=f"{run}.{window.index}")
                 spec = topology.components[window.head].component.spec()
                 env[window.index] = read_spout(
                     spark, topology.components[stage.head], settings, pmax_file,
@@ -92,12 +97,14 @@ def compile_query(spark: SparkSession, topology: StormTopology, plan: Plan, name
                                               stage.head, acking, settings, layout))
             if readers[stage.index] or _feeds_sink(stage, topology, plan):
                 ctx = StageContext(topology, plan, stage.index, name, settings, conf, True,
-                               acking=acking, txid_base=txid_base)
+                               acking=acking, txid_base=txid_base,
+                               run_id=f"{run}.{stage.index}")
                 env[stage.index] = raw[stage.index].mapInArrow(StageRunner(ctx), ENVELOPE_DDL)
             continue
         carrier = _is_raw_carrier(stage, plan, readers, topology)
         ctx = StageContext(topology, plan, stage.index, name, settings, conf, carrier,
-                               acking=acking, txid_base=txid_base)
+                               acking=acking, txid_base=txid_base,
+                               run_id=f"{run}.{stage.index}")
         if stage.native_window and stage.index in env:
             continue  # fused into its spout's read
         if stage.native_window:
@@ -138,7 +145,7 @@ def compile_query(spark: SparkSession, topology: StormTopology, plan: Plan, name
         from kstorm._spark.acker import add_ackers
 
         output = add_ackers(output, acking)
-    return CompiledQuery(output, env)
+    return CompiledQuery(output, env, run)
 
 
 def _source_acking(spout: str, acking: AckingPlan | None, settings: TopologyConfig,

@@ -35,6 +35,7 @@ from kstorm._spark.commit import UNACKED_STATE, CommitPhase, window_state_key
 from kstorm._spark.compiler import compile_query
 from kstorm._spark.offset_log import last_committed_batch, next_batch_id
 from kstorm._spark.session import get_session
+from kstorm._spark.stage import release_instances
 from kstorm._spark.windowed import WindowCommit
 from kstorm.config import Guarantee, TopologyConfig, TriggerMode
 from kstorm.errors import ConfigError, StateError
@@ -135,7 +136,8 @@ def start(name: str, conf: dict[str, Any], topology: StormTopology) -> TopologyH
     if missing_topics:
         _watch_missing_topics(name, topology, missing_topics, query)
     _release_planners_when_planned(name, spark, query, settings.release_planners)
-    return TopologyHandle(name, query, commit, settings, metrics)
+    return TopologyHandle(name, query, commit, settings, metrics,
+                          on_stop=lambda: release_instances(spark, compiled.run))
 
 
 def _keep_spout_logs(stale: CheckpointLayout, layout: CheckpointLayout) -> None:

@@ -42,7 +42,14 @@ from kstorm._runtime.envelope import (
 from kstorm._runtime.executor import StageExecutor
 from kstorm._runtime.plan import AckingPlan, Plan
 from kstorm._runtime.transaction import ATTEMPT_PROPERTY, DEAD_LETTER_PROPERTY
-from kstorm._spark.affinity import AFFINITY, Request, connect, forward, forwarded_task
+from kstorm._spark.affinity import (
+    AFFINITY,
+    Request,
+    broadcast_release,
+    connect,
+    forward,
+    forwarded_task,
+)
 from kstorm._spark.gc_control import freeze_imports
 from kstorm._spark.tws_map import BinaryMap
 from kstorm.config import TopologyConfig
@@ -111,6 +118,7 @@ class BoltInstances:
             found = self._runs.pop(run_id, None)
             if found is None:
                 found = {}
+                AFFINITY.serving()  # reachable when the topology stops (release_instances)
                 if not self._exit_hook:
                     import atexit
 
@@ -125,6 +133,14 @@ class BoltInstances:
             AFFINITY.release(f"{old}.")
             self._release(instances)
         return found
+
+    def release(self, prefix: str) -> None:
+        """Let the instances of the stage runs whose id starts with ``prefix`` go."""
+        with self._lock:
+            gone = [self._runs.pop(r) for r in [r for r in self._runs if r.startswith(prefix)]]
+        AFFINITY.release(prefix)
+        for instances in gone:
+            self._release(instances)
 
     def clear(self) -> None:
         """Let every instance go (``cleanup()``)."""
@@ -144,6 +160,36 @@ class BoltInstances:
 
 
 INSTANCES = BoltInstances()
+AFFINITY.on_release = INSTANCES.release
+
+
+class _ReleaseRun:
+    """``mapInArrow`` function of :func:`release_instances`: tells this machine's workers."""
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for _ in batches:
+            pass
+        INSTANCES.release(self.prefix)  # this worker, whether it serves or not
+        broadcast_release(self.prefix)
+        yield from ()
+
+
+def release_instances(spark: Any, run: str) -> None:
+    """Let a stopped topology's bolt instances go in the Python workers (``cleanup()``).
+
+    One small job reaches the workers of the machines its tasks land on (each asks every
+    worker serving on its machine); with a local master that is all of them.
+    """
+    n = max(1, spark.sparkContext.defaultParallelism if not str(
+        spark.sparkContext.master).startswith("local") else 1)
+    spark.sparkContext.setJobDescription(f"kstorm: let run {run}'s bolt instances go")
+    try:
+        spark.range(n, numPartitions=n).mapInArrow(_ReleaseRun(f"{run}."), "id long").collect()
+    finally:
+        spark.sparkContext.setJobDescription(None)
 
 
 def _local(name: str) -> str | None:
