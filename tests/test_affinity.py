@@ -184,3 +184,55 @@ def test_a_stopped_runs_release_reaches_every_serving_worker(tmp_path: Path) -> 
         for process, _ in workers:
             os.kill(process.pid, signal.SIGKILL)
             process.join(10)
+
+
+def test_one_stage_runs_one_partition_at_a_time_in_a_process(monkeypatch: object) -> None:
+    """Its own Spark task and a forwarded one share the stage's bolt instances."""
+    import threading
+    import time
+    from types import SimpleNamespace
+
+    from kstorm._spark.stage import StageRunner
+
+    active, overlaps = [0], [0]
+
+    def partition(self: object, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        active[0] += 1
+        overlaps[0] = max(overlaps[0], active[0])
+        for batch in batches:
+            time.sleep(0.01)  # a bolt at work; the other thread gets the GIL
+            yield batch
+        active[0] -= 1
+
+    monkeypatch.setattr(StageRunner, "_run_partition", partition)  # type: ignore[attr-defined]
+    runner = StageRunner(SimpleNamespace(run_id="run9.1"))  # type: ignore[arg-type]
+    threads = [threading.Thread(target=lambda: list(runner.run(batches(*range(20)))))
+               for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert overlaps[0] == 1
+
+
+def test_a_failing_input_fails_the_forwarding_task_with_its_error(
+        tmp_path: Path, owner_process: object) -> None:
+    owner_process()  # type: ignore[operator]
+    here = Affinity(tmp_path)
+    address = here.owner(KEY, counting_runner())
+    assert address
+
+    def broken_input() -> Iterator[pa.RecordBatch]:
+        yield pa.record_batch({"n": [1]})
+        msg = "the task was killed"
+        raise RuntimeError(msg)
+
+    conn = connect(address)
+    assert conn is not None
+    with pytest.raises(RuntimeError, match="the task was killed"):
+        list(forward(conn, Request(KEY, 1, {}), broken_input()))
+    # the owner is still there for the partition's next run
+    conn = connect(address)
+    assert conn is not None
+    out = list(forward(conn, Request(KEY, 1, {}), batches(2)))
+    assert out[-1].column("pid")[0].as_py() != os.getpid()

@@ -62,6 +62,10 @@ class ForwardError(KstormError):
     """The owner of a partition failed it, or its connection broke mid-batch."""
 
 
+class OwnerError(ForwardError):
+    """The owner's bolts failed the partition (its traceback is the message)."""
+
+
 @dataclass(frozen=True)
 class Request:
     """What a forwarding worker asks of the owner: run ``key`` with this task's context."""
@@ -113,7 +117,7 @@ def _batches_until_done(inp: BinaryIO) -> Iterator[pa.RecordBatch]:
         elif kind == DONE:
             return
         elif kind == ERROR:
-            raise ForwardError(payload.decode("utf-8", "replace"))
+            raise OwnerError(payload.decode("utf-8", "replace"))
         else:
             msg = f"unexpected frame {kind!r}"
             raise ForwardError(msg)
@@ -412,8 +416,10 @@ def forward(conn: socket.socket, request: Request, batches: Iterator[pa.RecordBa
         try:
             yield from _batches_until_done(inp)
             clean = True
-        except ForwardError:
-            if failure:
+        except OwnerError:
+            raise
+        except ForwardError:  # the connection broke: maybe because Spark's input failed
+            if failure and not isinstance(failure[0], OSError):
                 raise failure[0] from None
             raise
         finally:

@@ -131,6 +131,7 @@ class BoltInstances:
                 gone.append((old, self._runs.pop(old)))
         for old, instances in gone:
             AFFINITY.release(f"{old}.")
+            _STAGE_LOCKS.pop(old, None)
             self._release(instances)
         return found
 
@@ -139,6 +140,8 @@ class BoltInstances:
         with self._lock:
             gone = [self._runs.pop(r) for r in [r for r in self._runs if r.startswith(prefix)]]
         AFFINITY.release(prefix)
+        for run in [r for r in _STAGE_LOCKS if r.startswith(prefix)]:
+            _STAGE_LOCKS.pop(run, None)
         for instances in gone:
             self._release(instances)
 
@@ -366,6 +369,17 @@ def packed(outgoing: Iterator[Outgoing | Packed], size: int = 8192
         yield to_arrow(chunk)
 
 
+_STAGE_LOCKS: dict[str, threading.Lock] = {}
+
+
+def _stage_lock(run_id: str) -> threading.Lock:
+    """The lock of one stage run in this process (its bolt instances are shared)."""
+    lock = _STAGE_LOCKS.get(run_id)
+    if lock is None:
+        lock = _STAGE_LOCKS.setdefault(run_id, threading.Lock())
+    return lock
+
+
 #: Spark local properties a stage reads (``_local``); sent along with a forwarded partition.
 TASK_PROPERTIES = ("streaming.sql.batchId", ATTEMPT_PROPERTY, DEAD_LETTER_PROPERTY)
 
@@ -399,7 +413,16 @@ class StageRunner:
             yield from self.run(batches)
 
     def run(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        """Run one partition of the stage in this process."""
+        """Run one partition of the stage in this process, one partition at a time.
+
+        A process may run partitions of the stage in two threads (its own Spark task and one
+        forwarded by another worker); their tuples can go to the same bolt tasks, and a bolt
+        instance runs one tuple at a time, as a Storm executor does.
+        """
+        with _stage_lock(self.ctx.run_id):
+            yield from self._run_partition(batches)
+
+    def _run_partition(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         ctx = self.ctx
         partition = _partition()
         par = ctx.topology.components[ctx.stage.head].parallelism
