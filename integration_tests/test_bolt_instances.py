@@ -153,3 +153,31 @@ def test_every_bolt_instance_is_cleaned_up_when_the_topology_stops(spark: Any,
     cleaned = {p.stem for p in marks.glob("*.cleaned")}
     assert len(prepared) == 2  # once per task
     assert cleaned == prepared  # and each let go once the run ended
+
+
+def test_a_killed_owner_s_partitions_are_taken_over(tmp_path: Any) -> None:
+    """SIGKILL the worker that owns a partition mid-batch: Spark runs the failed tasks
+    again, another worker takes the partition over (new instances), nothing is lost."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from owner_kill_topology import KILL_AT
+
+    repo = Path(__file__).resolve().parent.parent
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYTHONPATH": os.pathsep.join(
+        [str(repo), str(repo / "integration_tests"), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run(
+        [sys.executable, "-m", "owner_kill_topology", "--checkpoint", str(tmp_path / "cp"),
+         "--markers", str(markers)], capture_output=True, text=True, timeout=300,
+        stdin=subprocess.DEVNULL, env=env, cwd=repo / "integration_tests", check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    rows = report["rows"]
+    assert sorted(n for n, _ in rows) == list(range(100))  # each once: the batch was redone
+    killed = report["killed"]
+    assert killed not in {pid for n, pid in rows if n >= KILL_AT - KILL_AT % 10}
+    assert report["prepared"] > 2  # the partitions' new owner prepared new instances

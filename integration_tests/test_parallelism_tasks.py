@@ -54,3 +54,35 @@ def test_a_shuffle_grouped_bolt_with_parallelism_4_over_2_partitions_runs_4_task
         assert sorted(per_task) == [0, 1, 2, 3], (bolt, per_task)
         assert sorted(n for _, n in rows) == list(range(120))  # each tuple once
         assert max(per_task.values()) - min(per_task.values()) <= 6, (bolt, per_task)
+
+
+class WhichPartition(BaseBasicBolt):
+    """Emits ``(task_index, Spark partition, n)``: where each task ran."""
+
+    def prepare(self, conf: dict[str, Any], context: Any) -> None:
+        self.task = context.task_index
+
+    def declare_output_fields(self, declarer: Any) -> None:
+        declarer.declare(Fields("task", "partition", "n"))
+
+    def execute(self, tuple_: Any, collector: Any) -> None:
+        from kstorm._spark.stage import _partition  # the partition this tuple's task runs in
+
+        collector.emit([self.task, _partition(), tuple_.values[0]])
+
+
+def test_each_task_of_a_fields_grouped_bolt_runs_in_a_partition_of_its_own(
+        spark: Any, tmp_path: Any) -> None:
+    """Spark's hash of the task index sent both tasks of a 2-task bolt to one partition."""
+    for parallelism in (2, 4):
+        builder = TopologyBuilder()
+        builder.set_spout("numbers", ListSpout([[(i,) for i in range(200)]], Fields("n"),
+                                               partitions=2))
+        builder.set_bolt("where", WhichPartition(), parallelism).fields_grouping(
+            "numbers", Fields("n"))
+        result = run_to_completion(builder.create_topology(), {
+            "kstorm.checkpoint.dir": str(tmp_path / f"cp{parallelism}")})
+        rows = result.emitted["where"]["default"]
+        assert sorted(r[2] for r in rows) == list(range(200))
+        assert {(task, part) for task, part, _ in rows} == {
+            (t, t) for t in range(parallelism)}

@@ -6,8 +6,9 @@ Per stage (see ``kstorm/_runtime/plan.py`` for how bolts are grouped into stages
    rows. Of each upstream, the *carrier* consumer (the lowest stage index) also takes the
    rows addressed to nobody downstream (sinks, dead letters, metrics) and passes them on,
    so a linear topology computes every stage exactly once per batch.
-2. Its partitioning: fields -> ``__task = pmod(hash, n)`` and a hash partitioning on
-   ``__task``; global -> one partition; all -> one row per task; shuffle -> unchanged.
+2. Its partitioning: fields -> ``__task = pmod(hash, n)`` and a hash partitioning that
+   gives each task its own partition (:func:`task_partition_keys`); global -> one
+   partition; all -> one row per task; shuffle -> unchanged.
 3. Its operator: ``mapInArrow`` (stateless) or ``groupBy("__task")
    .transformWithStateInPandas`` (stateful or windowed head bolt).
 
@@ -243,4 +244,39 @@ def _partition_envelope(frame: DataFrame, stage: Stage, topology: StormTopology)
 def _exchange(frame: DataFrame, stage: Stage, n: int) -> DataFrame:
     if stage.partitioning.kind is PartitionKind.SINGLE:
         return frame.repartition(1)
-    return frame.repartition(n, "__task")
+    keys = F.array(*[F.lit(k) for k in task_partition_keys(n)])
+    return frame.repartition(n, F.element_at(keys, F.col("__task") + 1))
+
+
+def task_partition_keys(n: int) -> list[int]:
+    """For each task ``t < n``, an int that Spark's hash partitioning puts in partition ``t``.
+
+    Spark places a row in partition ``pmod(murmur3(key, 42), n)``; on the task index itself
+    that sends tasks 0 and 1 of a 2-task bolt both to partition 1 (one Spark task ran both,
+    one core idle) and 3 of 4 tasks to partition 3. Partitioning on these keys instead gives
+    each task a partition of its own.
+    """
+    keys: list[int | None] = [None] * n
+    missing, k = n, 0
+    while missing:
+        t = _murmur3_int(k) % n
+        if keys[t] is None:
+            keys[t], missing = k, missing - 1
+        k += 1
+    return [int(key) for key in keys if key is not None]
+
+
+def _murmur3_int(value: int, seed: int = 42) -> int:
+    """Spark's ``Murmur3_x86_32.hashInt`` (the ``hash`` function on an int), signed."""
+    def rotl(x: int, r: int) -> int:
+        return ((x << r) | (x >> (32 - r))) & 0xFFFFFFFF
+
+    k1 = rotl((value & 0xFFFFFFFF) * 0xCC9E2D51 & 0xFFFFFFFF, 15) * 0x1B873593 & 0xFFFFFFFF
+    h1 = (rotl(seed ^ k1, 13) * 5 + 0xE6546B64) & 0xFFFFFFFF
+    h1 ^= 4
+    h1 ^= h1 >> 16
+    h1 = h1 * 0x85EBCA6B & 0xFFFFFFFF
+    h1 ^= h1 >> 13
+    h1 = h1 * 0xC2B2AE35 & 0xFFFFFFFF
+    h1 ^= h1 >> 16
+    return h1 - (1 << 32) if h1 >= 1 << 31 else h1
