@@ -261,6 +261,70 @@ def test_the_same_range_reads_identically_and_a_missing_range_fails_clearly(
         list(read_range(spout, OffsetRange(topic_name, 0, 25, 40)))
 
 
+def test_a_kept_consumer_serves_the_next_range_and_a_failed_read_keeps_none(
+    kafka, topic_name, produce
+):
+    from kstorm._kafka.fetch import ConsumerPool, read_range
+    from kstorm._kafka.offsets import OffsetRange
+    from kstorm.errors import SourceError
+
+    create_topic(kafka.bootstrap_servers, topic_name, partitions=2)
+    produce(kafka.bootstrap_servers, topic_name, [f"a{i}" for i in range(40)], 0)
+    produce(kafka.bootstrap_servers, topic_name, [f"b{i}" for i in range(10)], 1)
+    spout = KafkaSpout(topic_name, bootstrap_servers=kafka.bootstrap_servers, read_timeout=1)
+    pool = ConsumerPool(size=1)
+
+    def values(start: int, end: int, partition: int = 0) -> list[str]:
+        task = OffsetRange(topic_name, partition, start, end)
+        return [r["value"] for b in read_range(spout, task, pool=pool) for r in b.to_pylist()]
+
+    try:
+        # consecutive ranges of a partition: one consumer, its prefetched records reused
+        assert values(0, 10) + values(10, 25) + values(25, 40) == [f"a{i}" for i in range(40)]
+        assert (pool.created, pool.reused) == (1, 2)
+        # a range elsewhere in the partition: the same consumer, re-assigned; same records
+        assert values(3, 7) == ["a3", "a4", "a5", "a6"]
+        assert values(30, 33) == ["a30", "a31", "a32"]
+        assert (pool.created, pool.reused) == (1, 4)
+        # one consumer kept per process at size 1: partition 1 pushes partition 0's out
+        assert values(0, 10, 1) == [f"b{i}" for i in range(10)]
+        assert values(33, 35) == ["a33", "a34"]
+        assert pool.created == 3
+        # a range that cannot be read fails, and its consumer is not kept
+        with pytest.raises(SourceError, match="no record after offset 40"):
+            values(35, 45)
+        assert not pool._idle
+        # nor is the consumer of a read given up halfway (the task stopped early)
+        reading = read_range(spout, OffsetRange(topic_name, 0, 0, 40), chunk_rows=8, pool=pool)
+        assert next(reading).num_rows == 8
+        reading.close()
+        assert not pool._idle
+    finally:
+        pool.close()
+
+
+def test_kept_consumers_idle_too_long_are_closed(kafka, topic_name, produce):
+    from kstorm._kafka.fetch import ConsumerPool, read_range
+    from kstorm._kafka.offsets import OffsetRange
+
+    create_topic(kafka.bootstrap_servers, topic_name, partitions=1)
+    produce(kafka.bootstrap_servers, topic_name, [f"v{i}" for i in range(10)], 0)
+    spout = KafkaSpout(topic_name, bootstrap_servers=kafka.bootstrap_servers)
+    now = [0.0]
+    pool = ConsumerPool(idle_s=30.0, clock=lambda: now[0])
+    try:
+        assert len(list(read_range(spout, OffsetRange(topic_name, 0, 0, 5), pool=pool))) == 1
+        assert len(pool._idle) == 1
+        now[0] = 31.0
+        list(read_range(spout, OffsetRange(topic_name, 0, 5, 10), pool=pool))
+        # the read at 31 s found its consumer idle too long: closed, a new one served it
+        assert (pool.created, pool.reused) == (2, 0)
+        assert len(pool._idle) == 1
+    finally:
+        pool.close()
+    assert not pool._idle
+
+
 def _reader(spout: KafkaSpout):
     from kstorm._spark.kafka_source import KafkaStreamReader, spark_schema
 

@@ -72,7 +72,10 @@ def driver_consumer(where: Mapping[str, Any] | str | KafkaConnection,
 
 @atexit.register
 def close_driver_consumers() -> None:
-    """Close every cached driver consumer (also run at interpreter exit)."""
+    """Close every cached driver consumer and kept read consumer (also run at exit)."""
+    from kstorm._kafka.fetch import CONSUMERS
+
+    CONSUMERS.close()
     while _CACHE:
         _, consumer = _CACHE.popitem()
         try:
