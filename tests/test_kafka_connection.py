@@ -208,3 +208,16 @@ def test_config_setter_and_storm_alias_of_the_trigger_interval():
     with pytest.raises(ConfigError, match="disagree"):
         TopologyConfig.from_conf({"kstorm.trigger.interval.ms": 100,
                                   "topology.state.checkpoint.interval.ms": 250})
+
+
+def test_a_read_task_prefetches_about_its_range_and_the_spout_can_say_otherwise(recorded):
+    # librdkafka's default queue (64 MiB per partition) made a 5,000-record read task
+    # fetch and decode up to ~100k records, all thrown away at the range end
+    for own, kbytes in (({}, "1024"), ({"queued.max.messages.kbytes": "8192"}, "8192")):
+        spout = KafkaSpout("lines", bootstrap_servers="b:9092", value_serde=StringSerde(),
+                           consumer_config=own)
+        with pytest.raises(RuntimeError, match="stop here"):
+            list(kafka_client_read(spout))
+        config = [c for kind, c in recorded if kind == "spout read"][-1]
+        assert config["queued.max.messages.kbytes"] == kbytes
+        assert config["fetch.queue.backoff.ms"] == "5"  # not 1 s once the queue is full

@@ -72,10 +72,7 @@ def driver_consumer(where: Mapping[str, Any] | str | KafkaConnection,
 
 @atexit.register
 def close_driver_consumers() -> None:
-    """Close every cached driver consumer and kept read consumer (also run at exit)."""
-    from kstorm._kafka.fetch import CONSUMERS
-
-    CONSUMERS.close()
+    """Close every cached driver consumer (also run at interpreter exit)."""
     while _CACHE:
         _, consumer = _CACHE.popitem()
         try:

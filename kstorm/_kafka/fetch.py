@@ -2,10 +2,7 @@
 
 ``read_range`` is what a Spark read task does: assign the partition at the range start,
 consume until the range end (exclusive), and turn each chunk of records into one
-``pyarrow.RecordBatch`` with :meth:`KafkaSpout.arrow_schema`. A process keeps the consumer
-of a range it read to the end (:class:`ConsumerPool`): the next batch's range of that
-partition starts where it stopped, so the next read reuses its connection and the records
-it already prefetched. Values are deserialized a chunk
+``pyarrow.RecordBatch`` with :meth:`KafkaSpout.arrow_schema`. Values are deserialized a chunk
 at a time with ``Serde.deserialize_batch``; columns are built from lists, with no per-record
 Python object beyond the client's own message.
 
@@ -16,18 +13,14 @@ shorter batch.
 
 from __future__ import annotations
 
-import atexit
 import logging
-import os
-import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message
+from confluent_kafka import Consumer, KafkaError, Message
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from kstorm._kafka.offsets import OffsetRange
@@ -44,111 +37,11 @@ CHUNK_ROWS = 10_000
 # broker, 1,000,000 standard-benchmark events, median of 8). A full queue makes librdkafka
 # wait fetch.queue.backoff.ms (default 1 s) before fetching again: 5 ms keeps a long range
 # streaming (125,000 records: 221 -> 182 ms). A spout's consumer_config overrides these.
+# (Keeping a consumer per partition for the next batch's range saved another ~10 ms per
+# range in catch-up, but tripled the window latency at the tail of a live stream:
+# python -m bench.latency, 20,000 events/s, p50 0.13 -> 0.31-0.38 s; not done.)
 _READ_TUNING = {"fetch.wait.max.ms": "100", "max.partition.fetch.bytes": "1048576",
                 "queued.max.messages.kbytes": "1024", "fetch.queue.backoff.ms": "5"}
-
-
-class ConsumerPool:
-    """Consumers of finished reads, kept for the next read of the same partition.
-
-    A new consumer costs a read task ~10 ms (connect, first fetch, close: 8 + 2.5 ms on the
-    embedded broker), a batch of 5,000 records per partition ~15 ms in all; and a consumer
-    closed at the range end throws away the records it prefetched, which are the next
-    batch's first ones. :meth:`take` gives the kept consumer of ``(client config, topic,
-    partition)`` when it stopped at ``start`` (or up to :data:`REUSE_GAP` offsets before it:
-    the records in between are dropped as below the range, e.g. a transaction marker),
-    re-assigned at ``start`` otherwise, or a new one. :meth:`give_back` keeps a consumer
-    whose read ended normally (a failed or abandoned read closes its consumer): at most
-    ``size`` per process, least recently used first out, none idle for more than
-    ``idle_s`` (a kept consumer goes on prefetching, at most ``queued.max.messages.kbytes``,
-    and polling its broker: a daemon thread closes it once idle, e.g. after its topology
-    stopped). Thread-safe: a consumer is out of the pool while a read uses it.
-    """
-
-    REUSE_GAP = 64
-
-    def __init__(self, size: int = 8, idle_s: float = 30.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        self.size, self.idle_s, self._clock = size, idle_s, clock
-        self._lock = threading.Lock()
-        self._idle: OrderedDict[tuple[Any, ...], tuple[Consumer, float]] = OrderedDict()
-        self._reaper_pid = 0  # the process whose reaper thread runs (none after a fork)
-        self.created = self.reused = 0
-
-    def take(self, config: dict[str, Any], topic: str, partition: int,
-             start: int) -> tuple[tuple[Any, ...], Consumer]:
-        """A consumer assigned ``topic[partition]`` whose next record is ``start``'s."""
-        key = (_config_key(config), topic, partition)
-        with self._lock:
-            stale = self._evict(self.size)
-            entry = self._idle.pop(key, None)
-        _close_all(stale)
-        where = KafkaTopicPartition(topic, partition, start)
-        if entry is not None:
-            consumer = entry[0]
-            try:
-                position = consumer.position([KafkaTopicPartition(topic, partition)])[0].offset
-                if not 0 <= start - position <= self.REUSE_GAP:
-                    consumer.assign([where])
-                self.reused += 1
-                return key, consumer
-            except KafkaException as exc:
-                log.debug("kafka spout: a kept consumer of %s[%s] failed (%s); a new one",
-                          topic, partition, exc)
-                _close_all([consumer])
-        consumer = Consumer(config)
-        consumer.assign([where])
-        self.created += 1
-        return key, consumer
-
-    def give_back(self, key: tuple[Any, ...], consumer: Consumer) -> None:
-        """Keep ``consumer`` (its read ended at its range end) for the next read."""
-        with self._lock:
-            self._idle[key] = (consumer, self._clock())
-            stale = self._evict(self.size)
-            if self._reaper_pid != os.getpid():
-                self._reaper_pid = os.getpid()
-                threading.Thread(target=self._reap, name="kstorm-consumer-reaper",
-                                 daemon=True).start()
-        _close_all(stale)
-
-    def _reap(self) -> None:
-        while True:
-            time.sleep(self.idle_s / 2)
-            with self._lock:
-                stale = self._evict(self.size)
-            _close_all(stale)
-
-    def close(self) -> None:
-        """Close every kept consumer (at exit; tests)."""
-        with self._lock:
-            stale = self._evict(0)
-        _close_all(stale)
-
-    def _evict(self, keep: int) -> list[Consumer]:
-        """Remove (under the lock) what is over ``keep`` or idle too long; close outside."""
-        now = self._clock()
-        out = [self._idle.pop(k)[0] for k, (_, at) in list(self._idle.items())
-               if now - at > self.idle_s]
-        while len(self._idle) > keep:
-            out.append(self._idle.popitem(last=False)[1][0])
-        return out
-
-
-def _config_key(config: dict[str, Any]) -> tuple[tuple[str, str], ...]:
-    return tuple(sorted((k, repr(v)) for k, v in config.items()))
-
-
-def _close_all(consumers: list[Consumer]) -> None:
-    for consumer in consumers:
-        try:
-            consumer.close()
-        except (KafkaException, RuntimeError):  # already closed, or the client is broken
-            pass
-
-
-CONSUMERS = ConsumerPool()
-atexit.register(CONSUMERS.close)
 
 
 def read_range(
@@ -157,7 +50,6 @@ def read_range(
     *,
     chunk_rows: int = CHUNK_ROWS,
     clock: Callable[[], float] = time.monotonic,
-    pool: ConsumerPool | None = CONSUMERS,
 ) -> Iterator[pa.RecordBatch]:
     """Yield the records ``[task.start, task.end)`` of one partition as record batches.
 
@@ -166,19 +58,12 @@ def read_range(
     records deleted by retention, an unknown partition, or no progress for
     ``spout.read_timeout`` seconds. An opaque spout (``KafkaSpout(opaque=True)``) yields
     what is left of a range whose records were deleted or whose partition is gone.
-    ``pool``: where the consumer comes from and goes back to (None: a consumer of its own,
-    closed at the end).
     """
     if task.size <= 0:
         return
-    config = spout.client_config("consumer", tuning=_READ_TUNING)
-    if pool is None:
-        key, consumer = (), Consumer(config)
-        consumer.assign([KafkaTopicPartition(task.topic, task.partition, task.start)])
-    else:
-        key, consumer = pool.take(config, task.topic, task.partition, task.start)
-    finished = False
+    consumer = Consumer(spout.client_config("consumer", tuning=_READ_TUNING))
     try:
+        consumer.assign([KafkaTopicPartition(task.topic, task.partition, task.start)])
         pending: list[Message] = []
         for messages in _consume(consumer, spout, task, clock):
             pending.extend(messages)
@@ -187,12 +72,8 @@ def read_range(
                 del pending[:chunk_rows]
         if pending:
             yield to_record_batch(spout, task.topic, task.partition, pending)
-        finished = True
     finally:
-        if finished and pool is not None:
-            pool.give_back(key, consumer)
-        else:
-            _close_all([consumer])
+        consumer.close()
 
 
 def _consume(
