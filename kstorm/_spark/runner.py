@@ -34,7 +34,7 @@ from kstorm._runtime.state_book import StateBook
 from kstorm._spark.commit import UNACKED_STATE, CommitPhase, window_state_key
 from kstorm._spark.compiler import compile_query
 from kstorm._spark.offset_log import last_committed_batch, next_batch_id
-from kstorm._spark.session import get_session
+from kstorm._spark.session import get_session, start_read_planner
 from kstorm._spark.stage import release_instances
 from kstorm._spark.windowed import WindowCommit
 from kstorm.config import Guarantee, TopologyConfig, TriggerMode
@@ -127,6 +127,7 @@ def start(name: str, conf: dict[str, Any], topology: StormTopology) -> TopologyH
         writer = writer.trigger(processingTime=f"{settings.trigger_interval_ms} milliseconds")
     log.info("starting topology %r (%d stages) checkpoint=%s", name, len(plan.stages),
              checkpoint)
+    read_planner = start_read_planner(spark)
     try:
         query = writer.start()
     except BaseException:
@@ -135,7 +136,8 @@ def start(name: str, conf: dict[str, Any], topology: StormTopology) -> TopologyH
         raise
     if missing_topics:
         _watch_missing_topics(name, topology, missing_topics, query)
-    _release_planners_when_planned(name, spark, query, settings.release_planners)
+    _release_planners_when_planned(name, spark, query, settings.release_planners,
+                                   after=read_planner)
     return TopologyHandle(name, query, commit, settings, metrics,
                           on_stop=lambda: release_instances(spark, compiled.run))
 
@@ -250,7 +252,7 @@ MISSING_TOPIC_WARNING_S = 60.0
 
 def _release_planners_when_planned(name: str, spark: Any, query: Any, all_planners: bool,
                                    poll_s: float = 0.1, give_up_s: float = 600.0,
-                                   settle_s: float = 5.0) -> None:
+                                   settle_s: float = 5.0, after: Any = None) -> None:
     """Stop Spark's Python planner processes as soon as the query is done with each.
 
     The lookup planner always (Spark runs it once per JVM); with
@@ -261,7 +263,9 @@ def _release_planners_when_planned(name: str, spark: Any, query: Any, all_planne
     planners belong to the session, not to one query: within those seconds this thread may
     also stop planners another topology of the process planned with and kept
     (``kstorm.spark.release.planners: false``); that topology's next start then pays ~1 s
-    to start them again, and nothing else changes.
+    to start them again, and nothing else changes. ``after``: the thread starting the read
+    planner ahead (:func:`kstorm._spark.session.start_read_planner`), waited for first (its
+    worker is idle before the query used it).
     """
     import threading
 
@@ -279,6 +283,8 @@ def _release_planners_when_planned(name: str, spark: Any, query: Any, all_planne
         deadline = time.monotonic() + give_up_s
         settled: float | None = None  # when to stop trying once the query has planned
         failure: Exception | None = None
+        if after is not None:
+            after.join()
         try:
             before = planner_activity(spark)  # an idle read planner may be the last query's
         except Exception as exc:  # noqa: BLE001 - memory only: the topology runs either way

@@ -7,6 +7,7 @@ import logging
 import os
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -196,6 +197,7 @@ def get_session(settings: TopologyConfig, *, record_class_cache: bool = False,
         spark.sparkContext.setLogLevel("ERROR")
         log.info("Spark %s started (%s); JVM and Python worker output in %s", spark.version,
                  spark.sparkContext.master, log_path())
+        _skip_installed_data_source_lookup(spark)
         _warm_workers(spark)
         return spark
 
@@ -203,8 +205,9 @@ def get_session(settings: TopologyConfig, *, record_class_cache: bool = False,
 # Spark's Python data-source planners: each a daemon and a forked worker, used while a query
 # is planned and then kept idle for the life of the JVM. The lookup runs once per JVM.
 LOOKUP_PLANNER = "pyspark.sql.worker.lookup_data_sources"
+CREATE_SOURCE = "pyspark.sql.worker.create_data_source"  # when the query is compiled
 PLAN_READ = "pyspark.sql.worker.plan_data_source_read"  # at the query's first batch
-QUERY_PLANNERS = ("pyspark.sql.worker.create_data_source", PLAN_READ)
+QUERY_PLANNERS = (CREATE_SOURCE, PLAN_READ)
 
 
 _LAST_ACTIVITY = "org$apache$spark$api$python$PythonWorkerFactory$$lastActivityNs"
@@ -237,6 +240,84 @@ def release_planners(spark: SparkSession, modules: tuple[str, ...], query: Any =
         factory.stop()
         stopped.append(key.workerModule())
     return stopped
+
+
+def start_read_planner(spark: SparkSession, wait_s: float = 60.0, poll_s: float = 0.02
+                       ) -> threading.Thread | None:
+    """Start Spark's read planner in the background while the query starts; None: not needed.
+
+    A new query's Python data sources go through Spark's planner processes one after the
+    other: ``create_data_source`` when the query analyses its plan, the streaming source
+    runner, then ``plan_data_source_read`` when its first batch is planned, each a new
+    Python process (~0.5 s on 2 cores, on the path to the first result). The read planner's
+    worker is keyed by the same interpreter and environment as the first: as soon as that
+    one appears (within ``wait_s``), the read planner's is started alongside and handed to
+    Spark's idle pool, where Spark takes it for the first batch. Nothing is started when
+    the session already has a read planner (a later query of the process).
+    """
+    if _planner_factories(spark, (PLAN_READ,))[1]:
+        return None
+
+    def start() -> None:
+        deadline = time.monotonic() + wait_s
+        try:
+            create, release = _worker_calls(spark)
+            while time.monotonic() < deadline:
+                found = {key.workerModule(): key for key, _ in
+                         _planner_factories(spark, (CREATE_SOURCE, PLAN_READ))[1]}
+                if PLAN_READ in found:
+                    return  # Spark got there first
+                if CREATE_SOURCE in found:
+                    key = found[CREATE_SOURCE]
+                    args = [key.pythonExec(), PLAN_READ, key.daemonModule(), key.envVars()]
+                    worker = create(*args, True)._1()
+                    release(*args, worker)
+                    return
+                time.sleep(poll_s)
+        except Exception as exc:  # noqa: BLE001 - start-up time only: Spark starts it later
+            log.info("Spark's read planner was not started ahead (%s: %s)",
+                     type(exc).__name__, exc)
+
+    thread = threading.Thread(target=start, name="kstorm-read-planner", daemon=True)
+    thread.start()
+    return thread
+
+
+def _worker_calls(spark: SparkSession) -> tuple[Any, Any]:
+    """``SparkEnv.createPythonWorker`` and ``releasePythonWorker``, callable from Python.
+
+    Through method handles: py4j finds a method by listing all of its class's methods, and
+    listing SparkEnv's fails in a pip-installed pyspark (a signature names a protobuf class
+    the driver's class path does not have).
+    """
+    sc = spark.sparkContext
+    jvm, gateway = sc._jvm, sc._gateway
+    env = sc._jsc.sc().env()
+    lookup = jvm.java.lang.invoke.MethodHandles.publicLookup()
+    spark_env = jvm.java.lang.Class.forName("org.apache.spark.SparkEnv")
+
+    def handle(name: str, returns: Any, *params: str) -> Any:
+        types = gateway.new_array(jvm.java.lang.Class, len(params))
+        for i, param in enumerate(params):
+            types[i] = (jvm.java.lang.Boolean.TYPE if param == "boolean"
+                        else jvm.java.lang.Class.forName(param))
+        method_type = jvm.java.lang.invoke.MethodType.methodType(returns, types)
+        found = lookup.findVirtual(spark_env, name, method_type)
+
+        def call(*args: Any) -> Any:
+            values = gateway.new_array(jvm.java.lang.Object, len(args) + 1)
+            for i, value in enumerate((env, *args)):
+                values[i] = value
+            return found.invokeWithArguments(values)
+        return call
+
+    key = ("java.lang.String", "java.lang.String", "java.lang.String",
+           "scala.collection.immutable.Map")
+    create = handle("createPythonWorker", jvm.java.lang.Class.forName("scala.Tuple2"),
+                    *key, "boolean")
+    release = handle("releasePythonWorker", jvm.java.lang.Void.TYPE, *key,
+                     "org.apache.spark.api.python.PythonWorker")
+    return create, release
 
 
 def planner_activity(spark: SparkSession) -> dict[str, int]:
@@ -290,6 +371,35 @@ def _in_background(step: Any, *args: Any) -> None:
             log.debug("start-up step %s failed: %s", step.__name__, exc)
 
     threading.Thread(target=run, name=f"kstorm-{step.__name__}", daemon=True).start()
+
+
+def _skip_installed_data_source_lookup(spark: SparkSession) -> None:
+    """Spare a session kstorm starts Spark's lookup of pip-installed Python data sources.
+
+    On the first data source it resolves, Spark looks for installed packages named
+    ``pyspark_*`` that hold Python data sources, in a planner process of its own (~0.5 s
+    on 2 cores, on the path to the first result). kstorm reads only through its own data
+    sources, registered at run time, so its sessions record that lookup as done with nothing
+    found (``DataSourceManager.dataSourceBuilders``, the hook Spark keeps for its tests). A
+    session the user started is never touched (:func:`get_session` returns it as it is).
+    Such a session does not find installed ``pyspark_*`` data sources by name;
+    ``spark.dataSource.register`` still adds any.
+    """
+    try:
+        jvm = spark.sparkContext._jvm
+        manager = _scala_object(jvm, "org.apache.spark.sql.execution.datasources."
+                                     "DataSourceManager$")
+        if manager.dataSourceBuilders().isEmpty():
+            empty = _scala_object(jvm, "scala.collection.immutable.Map$").empty()
+            getattr(manager, "dataSourceBuilders_$eq")(jvm.scala.Some(empty))
+    except Exception as exc:  # noqa: BLE001 - start-up time only: Spark then looks them up
+        log.info("Spark's lookup of installed Python data sources stays on (%s: %s)",
+                 type(exc).__name__, exc)
+
+
+def _scala_object(jvm: Any, class_name: str) -> Any:
+    """A Scala ``object`` (its ``MODULE$``)."""
+    return jvm.java.lang.Class.forName(class_name).getField("MODULE$").get(None)
 
 
 def _import_numpy_check() -> None:

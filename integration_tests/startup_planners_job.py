@@ -1,0 +1,50 @@
+"""A fresh kstorm process for test_startup_planners.py: which of Spark's planners ran.
+
+Runs a small ListSpout topology with ``run_to_completion`` (planners kept), counting the
+read-planner workers kstorm started ahead, and prints one JSON line: the rows the sink got,
+the planner modules Spark has, the workers of the read planner, and kstorm's starts.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import kstorm._spark.session as session
+from kstorm import Fields, TopologyBuilder
+from kstorm.testing import CaptureSink, ListSpout, run_to_completion
+
+started: list[str] = []
+_worker_calls = session._worker_calls
+
+
+def counting_worker_calls(spark: Any) -> tuple[Any, Any]:
+    """kstorm's create/release calls, recording each worker it starts."""
+    create, release = _worker_calls(spark)
+
+    def counted(*args: Any) -> Any:
+        started.append(args[1])
+        return create(*args)
+    return counted, release
+
+
+def main() -> None:
+    session._worker_calls = counting_worker_calls
+    builder = TopologyBuilder()
+    builder.set_spout("numbers", ListSpout([[[i] for i in range(5)], [[5]]], Fields("n")))
+    builder.set_bolt("out", CaptureSink(), 1).shuffle_grouping("numbers")
+    result = run_to_completion(builder.create_topology(), {"kstorm.spark.master": "local[2]"})
+    spark = session.SparkSession.getActiveSession()
+    _, found = session._planner_factories(spark, (session.LOOKUP_PLANNER,
+                                                  *session.QUERY_PLANNERS))
+    workers = session._private_field(
+        spark.sparkContext._jvm, "org.apache.spark.api.python.PythonWorkerFactory",
+        "daemonWorkers")
+    read = [workers.get(f).size() for key, f in found if key.workerModule() == session.PLAN_READ]
+    print(json.dumps({"rows": sorted(v[0] for v in result.sinks["out"].values),
+                      "planners": sorted(key.workerModule() for key, _ in found),
+                      "read_workers": read, "started": started}))
+
+
+if __name__ == "__main__":
+    main()
