@@ -126,3 +126,20 @@ def test_the_batch_line_has_inputs_late_tuples_and_the_watermark(
     assert "in events ? records" in lines[0] and "1 late" in lines[0]
     assert "in events 50 records" in lines[1] and "0 late" in lines[1]
     assert "watermark {'per_key': 94000}" in lines[1], lines[1]
+
+
+def test_topology_debug_logs_every_emitted_tuple_on_the_driver(
+        spark: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="kstorm.debug")
+    handle = submit_topology("debugged", {"kstorm.checkpoint.dir": str(tmp_path / "ck"),
+                                          "kstorm.trigger": "available-now",
+                                          "topology.debug": True}, _topology())
+    try:
+        assert handle.await_termination(180)
+    finally:
+        handle.stop()
+    shown = [r.getMessage() for r in caplog.records if r.name == "kstorm.debug"]
+    split = sorted(m.split(": ", 1)[1] for m in shown if ": split emitted on default" in m)
+    assert split == ["split emitted on default: ['a']", "split emitted on default: ['b']",
+                     "split emitted on default: ['b']", "split emitted on default: ['c']"]
+    assert handle.captured == []  # logged, not kept (kstorm.capture.emitted is off)

@@ -54,6 +54,7 @@ Example:
 from __future__ import annotations
 
 import copy
+import logging
 import pickle
 import shutil
 import tempfile
@@ -126,6 +127,9 @@ from kstorm.windowing.durations import Duration
 __all__ = ["TopologyTestDriver"]
 
 _KAFKA_META = ("topic", "partition", "offset", "kafka_key", "kafka_timestamp", "kafka_headers")
+
+# topology.debug: every emitted tuple, as the commit phase logs it on Spark
+debug_log = logging.getLogger("kstorm.debug")
 
 
 class _Chunks:
@@ -680,6 +684,9 @@ class TopologyTestDriver:
         for sink, ts in done.sinks.items():
             self._received[sink].extend(ts)
         self._emitted.extend(done.captured)
+        if self.settings.debug and debug_log.isEnabledFor(logging.INFO):  # as on Spark
+            for component, stream, values in done.captured:
+                debug_log.info("batch %s: %s emitted on %s: %r", txid, component, stream, values)
         self.dead_letters.extend(done.dead_letters)
         self.counters.update(done.counters)
         if self._polling:  # as the commit phase: the notices for the spouts' processes

@@ -110,6 +110,22 @@ def _reset() -> None:
     Count.calls, Count.fail_txid, Count.prepares, FailFirst.txid = [], None, 0, None
 
 
+def test_topology_debug_logs_every_emitted_tuple_as_spark_does(caplog: Any) -> None:
+    split = TopologyBuilder()
+    split.set_spout("sentences", ListSpout([[("a b",)]], Fields("sentence")))
+    split.set_bolt("split", Split()).shuffle_grouping("sentences")
+    caplog.set_level("INFO", logger="kstorm.debug")
+    with TopologyTestDriver(split.create_topology(), {"topology.debug": True}) as driver:
+        driver.pipe("sentences", [["a b"]])
+    shown = [r.getMessage() for r in caplog.records if r.name == "kstorm.debug"]
+    assert "batch 0: split emitted on default: ['a']" in shown
+    assert "batch 0: split emitted on default: ['b']" in shown
+    caplog.clear()
+    with TopologyTestDriver(split.create_topology()) as driver:  # off by default
+        driver.pipe("sentences", [["a b"]])
+    assert not [r for r in caplog.records if r.name == "kstorm.debug"]
+
+
 def test_piped_batches_count_words_and_keep_state_per_task() -> None:
     # a cluster's configuration is fine: topology.workers means nothing in one process
     with TopologyTestDriver(word_count(), {"topology.workers": 4}) as driver:
