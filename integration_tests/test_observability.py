@@ -143,3 +143,18 @@ def test_topology_debug_logs_every_emitted_tuple_on_the_driver(
     assert split == ["split emitted on default: ['a']", "split emitted on default: ['b']",
                      "split emitted on default: ['b']", "split emitted on default: ['c']"]
     assert handle.captured == []  # logged, not kept (kstorm.capture.emitted is off)
+
+
+def test_workers_in_one_process_run_as_storm_s_local_cluster_and_say_so(
+        spark: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="kstorm")
+    handle = submit_topology("local-workers", {"kstorm.checkpoint.dir": str(tmp_path / "ck"),
+                                               "kstorm.trigger": "available-now",
+                                               "topology.workers": 3}, _topology())
+    try:
+        assert handle.await_termination(180)
+    finally:
+        handle.stop()
+    assert sorted(v[0] for v in handle.sinks["out"].values) == ["a", "b", "b", "c"]
+    notes = [r.getMessage() for r in caplog.records if "topology.workers = 3" in r.getMessage()]
+    assert len(notes) == 1 and "as Storm's LocalCluster" in notes[0]

@@ -221,17 +221,6 @@ class TopologyConfig(BaseModel):
                               "KafkaSpout(max_offsets_per_batch=...) or "
                               "kstorm.spout.max.batch.tuples")
 
-    def _check_workers(self) -> None:
-        """``topology.workers`` > 1 needs processes to run in: a cluster master."""
-        workers, master = self.workers, self.spark_master
-        if workers is None or workers == 1 or master is None or not master.startswith("local"):
-            return
-        msg = (f"topology.workers = {workers} asks for {workers} worker processes, but "
-               f"kstorm.spark.master = {master!r} runs the whole topology in one process")
-        raise ConfigError(msg, hint="run on a cluster (kstorm.spark.master = spark://host:port, "
-                          "or `kstorm submit --master ...`), or remove topology.workers: "
-                          "parallelism hints still give every bolt its N tasks locally")
-
     def _check_state_provider_config(self) -> None:
         if self.state_provider == "redis":
             from kstorm.redis_state import RedisStateConfig
@@ -281,8 +270,23 @@ class TopologyConfig(BaseModel):
         settings = settings._with_ackers_guarantee()
         settings._check_state_provider_config()
         settings._check_max_spout_pending()
-        settings._check_workers()
         return settings
+
+    def workers_note(self) -> str | None:
+        """What ``topology.workers`` > 1 means under a local master (logged at start), or None.
+
+        Storm's LocalCluster runs a topology's workers inside one JVM; a ``local[...]``
+        master runs every task in this one process the same way. On a cluster the key sets
+        the application's executors (``kstorm/_spark/session.py: worker_options``).
+        """
+        master = self.spark_master
+        if self.workers is None or self.workers == 1 or master is None or \
+                not master.startswith("local"):
+            return None
+        return (f"topology.workers = {self.workers}: kstorm.spark.master = {master!r} runs "
+                "every task of the topology in this one process, as Storm's LocalCluster runs "
+                "its workers in one JVM; on a cluster master it sets the application's "
+                "executors (spark.executor.instances)")
 
     @property
     def spark_master(self) -> str | None:

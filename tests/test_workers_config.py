@@ -1,4 +1,4 @@
-"""``topology.workers``: Spark executors on a cluster, refused where it cannot mean anything."""
+"""``topology.workers``: Spark executors on a cluster; one process locally (LocalCluster)."""
 
 from __future__ import annotations
 
@@ -36,11 +36,19 @@ def test_the_config_helper_sets_the_key() -> None:
 
 
 @pytest.mark.parametrize("master", ["local[*]", "local[2]"])
-def test_more_than_one_worker_in_one_process_is_refused(master: str) -> None:
-    with pytest.raises(ConfigError, match=r"topology.workers = 2 asks for 2 worker processes"):
-        TopologyConfig.from_conf({"kstorm.spark.master": master, "topology.workers": 2})
-    one = _options({"kstorm.spark.master": master, "topology.workers": 1})
-    assert "spark.executor.instances" not in one  # one process: nothing to set
+def test_more_than_one_worker_in_one_process_runs_as_storm_s_local_cluster(master: str) -> None:
+    settings = TopologyConfig.from_conf({"kstorm.spark.master": master, "topology.workers": 2})
+    assert settings.workers == 2  # accepted, as Storm's LocalCluster accepts it
+    note = settings.workers_note()
+    assert note is not None and "runs every task of the topology in this one process" in note
+    assert "LocalCluster" in note and "spark.executor.instances" in note
+    options = _options({"kstorm.spark.master": master, "topology.workers": 2})
+    assert "spark.executor.instances" not in options  # one process: nothing to set
+    assert TopologyConfig.from_conf({"topology.workers": 2}).workers_note() is not None
+    assert TopologyConfig.from_conf({"kstorm.spark.master": master,
+                                     "topology.workers": 1}).workers_note() is None
+    assert TopologyConfig.from_conf({"kstorm.spark.master": "spark://h:7077",
+                                     "topology.workers": 2}).workers_note() is None
 
 
 def test_spark_keys_that_contradict_the_workers_are_refused() -> None:

@@ -125,6 +125,8 @@ def start(name: str, conf: dict[str, Any], topology: StormTopology) -> TopologyH
         writer = writer.trigger(availableNow=True)
     else:
         writer = writer.trigger(processingTime=f"{settings.trigger_interval_ms} milliseconds")
+    if settings.workers_note() is not None:
+        log.info("topology %r: %s", name, settings.workers_note())
     log.info("starting topology %r (%d stages) checkpoint=%s", name, len(plan.stages),
              checkpoint)
     read_planner = start_read_planner(spark)
