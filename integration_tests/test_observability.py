@@ -26,6 +26,17 @@ def _topology() -> Any:
     return builder.create_topology()
 
 
+def _run_to_end(name: str, tmp_path: Path, **conf: Any) -> Any:
+    """Submit ``_topology()`` available-now with ``conf``; the handle once it ended."""
+    handle = submit_topology(name, {"kstorm.checkpoint.dir": str(tmp_path / "ck"),
+                                    "kstorm.trigger": "available-now", **conf}, _topology())
+    try:
+        assert handle.await_termination(180)
+    finally:
+        handle.stop()
+    return handle
+
+
 def test_metrics_endpoint_and_a_log_line_per_batch(spark: Any, tmp_path: Path,
                                                    caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="kstorm.progress")
@@ -131,13 +142,7 @@ def test_the_batch_line_has_inputs_late_tuples_and_the_watermark(
 def test_topology_debug_logs_every_emitted_tuple_on_the_driver(
         spark: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="kstorm.debug")
-    handle = submit_topology("debugged", {"kstorm.checkpoint.dir": str(tmp_path / "ck"),
-                                          "kstorm.trigger": "available-now",
-                                          "topology.debug": True}, _topology())
-    try:
-        assert handle.await_termination(180)
-    finally:
-        handle.stop()
+    handle = _run_to_end("debugged", tmp_path, **{"topology.debug": True})
     shown = [r.getMessage() for r in caplog.records if r.name == "kstorm.debug"]
     split = sorted(m.split(": ", 1)[1] for m in shown if ": split emitted on default" in m)
     assert split == ["split emitted on default: ['a']", "split emitted on default: ['b']",
@@ -148,13 +153,7 @@ def test_topology_debug_logs_every_emitted_tuple_on_the_driver(
 def test_workers_in_one_process_run_as_storm_s_local_cluster_and_say_so(
         spark: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="kstorm")
-    handle = submit_topology("local-workers", {"kstorm.checkpoint.dir": str(tmp_path / "ck"),
-                                               "kstorm.trigger": "available-now",
-                                               "topology.workers": 3}, _topology())
-    try:
-        assert handle.await_termination(180)
-    finally:
-        handle.stop()
+    handle = _run_to_end("local-workers", tmp_path, **{"topology.workers": 3})
     assert sorted(v[0] for v in handle.sinks["out"].values) == ["a", "b", "b", "c"]
     notes = [r.getMessage() for r in caplog.records if "topology.workers = 3" in r.getMessage()]
     assert len(notes) == 1 and "as Storm's LocalCluster" in notes[0]

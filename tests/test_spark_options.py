@@ -97,3 +97,56 @@ def test_the_driver_jvm_compiles_with_c1_only_unless_the_user_says_otherwise() -
     assert "-XX:TieredStopAtLevel=1" in options and "-XX:+UseSerialGC" in options
     mine = {"kstorm.spark.conf": {key: "-XX:+UseSerialGC"}}
     assert spark_options(TopologyConfig.from_conf(mine))[key] == "-XX:+UseSerialGC"
+
+
+class _Key:
+    def __init__(self, module: str) -> None:
+        self.module = module
+
+    def workerModule(self) -> str:  # noqa: N802 - the JVM's name
+        return self.module
+
+    def pythonExec(self) -> str:  # noqa: N802
+        return "python3"
+
+    def daemonModule(self) -> str:  # noqa: N802
+        return "pyspark.daemon"
+
+    def envVars(self) -> dict:  # noqa: N802
+        return {"SPARK_REUSE_WORKER": "1"}
+
+
+def test_the_read_planner_is_started_once_the_first_planner_appears_unless_cancelled(
+        monkeypatch) -> None:
+    import threading
+
+    from kstorm._spark import session
+
+    factories: list[str] = []
+    created: list[list] = []
+
+    class Worker:
+        def _1(self) -> str:
+            return "worker"
+
+    monkeypatch.setattr(session, "_planner_factories", lambda spark, modules: (
+        None, [(_Key(m), None) for m in factories if m in modules]))
+    monkeypatch.setattr(session, "_worker_calls", lambda spark: (
+        lambda *args: created.append(["create", *args]) or Worker(),
+        lambda *args: created.append(["release", *args])))
+
+    cancel = threading.Event()
+    thread = session.start_read_planner(object(), poll_s=0.005, cancel=cancel)
+    assert thread is not None
+    cancel.set()  # the query did not start: nothing is started, the thread ends
+    thread.join(2)
+    assert not thread.is_alive() and created == []
+
+    thread = session.start_read_planner(object(), poll_s=0.005)
+    factories.append(session.CREATE_SOURCE)  # Spark created the query's data source
+    thread.join(2)
+    args = ["python3", session.PLAN_READ, "pyspark.daemon", {"SPARK_REUSE_WORKER": "1"}]
+    assert created == [["create", *args, True], ["release", *args, "worker"]]
+
+    factories.append(session.PLAN_READ)  # a later query of the session: nothing to do
+    assert session.start_read_planner(object()) is None

@@ -19,6 +19,7 @@ import dataclasses
 import logging
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 from types import MappingProxyType
@@ -125,14 +126,17 @@ def start(name: str, conf: dict[str, Any], topology: StormTopology) -> TopologyH
         writer = writer.trigger(availableNow=True)
     else:
         writer = writer.trigger(processingTime=f"{settings.trigger_interval_ms} milliseconds")
-    if settings.workers_note() is not None:
-        log.info("topology %r: %s", name, settings.workers_note())
+    workers_note = settings.workers_note()
+    if workers_note is not None:
+        log.info("topology %r: %s", name, workers_note)
     log.info("starting topology %r (%d stages) checkpoint=%s", name, len(plan.stages),
              checkpoint)
-    read_planner = start_read_planner(spark)
+    query_failed = threading.Event()
+    read_planner = start_read_planner(spark, cancel=query_failed)
     try:
         query = writer.start()
     except BaseException:
+        query_failed.set()
         if metrics is not None:
             metrics.close()
         raise
@@ -257,7 +261,8 @@ def _release_planners_when_planned(name: str, spark: Any, query: Any, all_planne
                                    settle_s: float = 5.0, after: Any = None) -> None:
     """Stop Spark's Python planner processes as soon as the query is done with each.
 
-    The lookup planner always (Spark runs it once per JVM); with
+    The lookup planner always, where it ran (once per JVM; a session kstorm started skips
+    it: :func:`kstorm._spark.session.lookup_skipped`); with
     ``kstorm.spark.release.planners`` (``all_planners``) also the query's own planners,
     which Spark uses until its first batch is planned
     (:func:`kstorm._spark.session.release_planners`). Once the query has planned, a planner
@@ -269,18 +274,19 @@ def _release_planners_when_planned(name: str, spark: Any, query: Any, all_planne
     planner ahead (:func:`kstorm._spark.session.start_read_planner`), waited for first (its
     worker is idle before the query used it).
     """
-    import threading
-
     from kstorm._spark.session import (
         LOOKUP_PLANNER,
         PLAN_READ,
         QUERY_PLANNERS,
+        lookup_skipped,
         planner_activity,
         release_planners,
     )
 
     def release() -> None:
-        left = (LOOKUP_PLANNER, *QUERY_PLANNERS) if all_planners else (LOOKUP_PLANNER,)
+        left = QUERY_PLANNERS if all_planners else ()
+        if not lookup_skipped():  # it runs in a session the user started
+            left = (LOOKUP_PLANNER, *left)
         stopped: list[str] = []
         deadline = time.monotonic() + give_up_s
         settled: float | None = None  # when to stop trying once the query has planned
@@ -322,8 +328,6 @@ def _release_planners_when_planned(name: str, spark: Any, query: Any, all_planne
 def _watch_missing_topics(name: str, topology: StormTopology, missing: dict[str, list[str]],
                           query: Any) -> None:
     """Warn every minute while a spout's topics are missing and the topology runs."""
-    import threading
-
     from kstorm._kafka.client import driver_consumer
 
     def watch() -> None:

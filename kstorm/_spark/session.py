@@ -242,8 +242,8 @@ def release_planners(spark: SparkSession, modules: tuple[str, ...], query: Any =
     return stopped
 
 
-def start_read_planner(spark: SparkSession, wait_s: float = 60.0, poll_s: float = 0.02
-                       ) -> threading.Thread | None:
+def start_read_planner(spark: SparkSession, wait_s: float = 60.0, poll_s: float = 0.02,
+                       cancel: threading.Event | None = None) -> threading.Thread | None:
     """Start Spark's read planner in the background while the query starts; None: not needed.
 
     A new query's Python data sources go through Spark's planner processes one after the
@@ -253,8 +253,10 @@ def start_read_planner(spark: SparkSession, wait_s: float = 60.0, poll_s: float 
     worker is keyed by the same interpreter and environment as the first: as soon as that
     one appears (within ``wait_s``), the read planner's is started alongside and handed to
     Spark's idle pool, where Spark takes it for the first batch. Nothing is started when
-    the session already has a read planner (a later query of the process).
+    the session already has a read planner (a later query of the process), nor once
+    ``cancel`` is set (the query did not start).
     """
+    cancel = cancel or threading.Event()
     if _planner_factories(spark, (PLAN_READ,))[1]:
         return None
 
@@ -262,7 +264,7 @@ def start_read_planner(spark: SparkSession, wait_s: float = 60.0, poll_s: float 
         deadline = time.monotonic() + wait_s
         try:
             create, release = _worker_calls(spark)
-            while time.monotonic() < deadline:
+            while time.monotonic() < deadline and not cancel.is_set():
                 found = {key.workerModule(): key for key, _ in
                          _planner_factories(spark, (CREATE_SOURCE, PLAN_READ))[1]}
                 if PLAN_READ in found:
@@ -273,7 +275,7 @@ def start_read_planner(spark: SparkSession, wait_s: float = 60.0, poll_s: float 
                     worker = create(*args, True)._1()
                     release(*args, worker)
                     return
-                time.sleep(poll_s)
+                cancel.wait(poll_s)
         except Exception as exc:  # noqa: BLE001 - start-up time only: Spark starts it later
             log.info("Spark's read planner was not started ahead (%s: %s)",
                      type(exc).__name__, exc)
@@ -373,6 +375,14 @@ def _in_background(step: Any, *args: Any) -> None:
     threading.Thread(target=run, name=f"kstorm-{step.__name__}", daemon=True).start()
 
 
+_lookup_skipped = False  # this process's JVM will not run Spark's lookup planner
+
+
+def lookup_skipped() -> bool:
+    """Whether a session kstorm started skipped Spark's lookup of installed data sources."""
+    return _lookup_skipped
+
+
 def _skip_installed_data_source_lookup(spark: SparkSession) -> None:
     """Spare a session kstorm starts Spark's lookup of pip-installed Python data sources.
 
@@ -392,6 +402,8 @@ def _skip_installed_data_source_lookup(spark: SparkSession) -> None:
         if manager.dataSourceBuilders().isEmpty():
             empty = _scala_object(jvm, "scala.collection.immutable.Map$").empty()
             getattr(manager, "dataSourceBuilders_$eq")(jvm.scala.Some(empty))
+            global _lookup_skipped  # noqa: PLW0603 - one JVM per process
+            _lookup_skipped = True
     except Exception as exc:  # noqa: BLE001 - start-up time only: Spark then looks them up
         log.info("Spark's lookup of installed Python data sources stays on (%s: %s)",
                  type(exc).__name__, exc)
