@@ -105,7 +105,8 @@ def run(args: argparse.Namespace) -> int:
     log.info("keo: input %s ends %s", args.input, ends)
     conf = {"kafka.bootstrap.servers": args.bootstrap, "kstorm.checkpoint.dir": args.checkpoint,
             "kstorm.trigger": "continuous", "kstorm.trigger.interval.ms": args.trigger_ms,
-            "kstorm.spark.master": "local[2]", "kstorm.shuffle.partitions": 2}
+            "kstorm.spark.master": "local[2]", "kstorm.shuffle.partitions": 2,
+            "kstorm.commit.overlap": args.commit_overlap}
     handle = submit_topology(args.name, conf,
                              build_topology(args.input, args.output,
                                             max_per_batch=args.max_per_batch))
@@ -141,6 +142,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--max-per-batch", type=int, default=1000)
     parser.add_argument("--trigger-ms", type=int, default=100)
     parser.add_argument("--timeout", type=float, default=300.0)
+    parser.add_argument("--commit-overlap", default="auto", choices=["auto", "true", "false"])
     return parser.parse_args(argv)
 
 

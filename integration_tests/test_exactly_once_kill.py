@@ -227,6 +227,33 @@ class Scenario:
             self.kill(run, f"inside the commit ({what})")
         marker.unlink(missing_ok=True)
 
+    def kill_with_the_sinks_behind(self) -> None:
+        """Kill while the sinks commit a batch Spark already recorded (commit overlap).
+
+        The first commit goes through; the second pauses inside the sink, which commits on
+        its own thread while Spark writes the batch to its commit log and runs the next one:
+        the kill comes once the checkpoint is a batch ahead of the sink.
+        """
+        marker = self.dir / "behind.marker"
+        marker.unlink(missing_ok=True)
+        run = self.start({PAUSE_ENV: str(marker)})
+        for passes in (1, 0):
+            deadline = time.monotonic() + START_TIMEOUT
+            while not marker.exists():
+                assert run.exited() is None, f"the run ended before its pause\n{self.report()}"
+                assert time.monotonic() < deadline, f"no commit paused\n{self.report()}"
+                time.sleep(0.02)
+            if passes:
+                marker.unlink()
+        deadline = time.monotonic() + 60
+        while (self.checkpoint_txid() or -1) <= (self.txid() or -1):
+            assert time.monotonic() < deadline, (
+                f"Spark did not record the batch while its sink was paused\n{self.report()}")
+            time.sleep(0.02)
+        self.kill(run, f"inside the sink's commit ({marker.read_text().strip()}), Spark's "
+                       "commit log a batch ahead")
+        marker.unlink(missing_ok=True)
+
     def restart_redis_mid_run(self, server: EmbeddedRedis) -> None:
         """kill -9 Redis (AOF on) while a run commits, restart it, then kill the run."""
         start = self.txid()
@@ -324,6 +351,23 @@ def test_kill_at_random_moments_and_inside_the_commit(
         for run in s.runs:
             run.kill()
     s.check(dataset)
+
+
+def test_kill_while_the_sinks_commit_a_batch_spark_already_recorded(
+        kafka: KafkaService, redis_server: RedisService, dataset: Dataset,
+        tmp_path: Path) -> None:
+    """kstorm.commit.overlap (on by default here): the restart runs that batch again."""
+    s = scenario(kafka, dataset, redis_server.url, tmp_path, seed=4)
+    try:
+        s.kill_with_the_sinks_behind()
+        s.finish()
+    finally:
+        for run in s.runs:
+            run.kill()
+    s.check(dataset, kills=1)
+    log = s.runs[1].log.read_text(errors="replace")
+    assert "runs again from its logged offsets" in log, s.report()
+    assert "behind the checkpoint" not in log and "moved aside" not in log, s.report()
 
 
 def test_kill_with_the_checkpoint_deleted_before_a_restart(

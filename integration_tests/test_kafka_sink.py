@@ -486,12 +486,14 @@ START_TIMEOUT = 180.0  # Spark start-up on two busy cores, then the first commit
 class KillScenario:
     """Runs ``python -m kafka_eo_topology``, kills it, restarts it; keeps a timeline."""
 
-    def __init__(self, bootstrap: str, source: str, output: str, workdir: Path) -> None:
+    def __init__(self, bootstrap: str, source: str, output: str, workdir: Path,
+                 overlap: str = "auto") -> None:
         from kafka_eo_topology import KafkaTopologyProcess
 
         self.process_type = KafkaTopologyProcess
         self.bootstrap, self.source, self.output, self.dir = bootstrap, source, output, workdir
         self.name = f"keo{uuid.uuid4().hex[:6]}"
+        self.overlap = overlap  # kstorm.commit.overlap
         self.runs: list[Any] = []
         self.kills = 0
         self.timeline: list[str] = []
@@ -512,7 +514,8 @@ class KillScenario:
     def start(self, env: dict[str, str] | None = None) -> Any:
         argv = ["--bootstrap", self.bootstrap, "--input", self.source, "--output", self.output,
                 "--checkpoint", str(self.dir / "checkpoint"), "--name", self.name,
-                "--max-per-batch", str(KILL_PER_BATCH), "--timeout", "240"]
+                "--max-per-batch", str(KILL_PER_BATCH), "--timeout", "240",
+                "--commit-overlap", self.overlap]
         run = self.process_type.start(argv, self.dir, f"run{len(self.runs) + 1}", env)
         self.runs.append(run)
         self.note(f"run{len(self.runs)} started (sink txid {self.txid()})")
@@ -534,9 +537,20 @@ class KillScenario:
         time.sleep(delay)
         self.kill(run, f"{delay:.2f}s after {commits} commit(s)")
 
-    def kill_paused(self, env: str, where: str, passes: int = 0) -> str:
+    def checkpoint_txid(self) -> int:
+        """The txid of the checkpoint's last committed batch (-1: none)."""
+        from kstorm._runtime.checkpoint import CheckpointLayout
+        from kstorm._spark.offset_log import last_committed_batch
+
+        checkpoint = self.dir / "checkpoint"
+        last = last_committed_batch(checkpoint)
+        return -1 if last is None else CheckpointLayout(checkpoint).txid_base() + last
+
+    def kill_paused(self, env: str, where: str, passes: int = 0,
+                    spark_ahead: bool = False) -> str:
         """Kill a run whose sink is held by the test hook ``env`` after ``passes`` commits
-        went through; returns what was held."""
+        went through (``spark_ahead``: once Spark's commit log is past the sink); returns
+        what was held."""
         marker = self.dir / "hook.marker"
         marker.unlink(missing_ok=True)
         run = self.start({env: str(marker)})
@@ -549,6 +563,10 @@ class KillScenario:
             held = marker.read_text().strip()
             if left:
                 marker.unlink()  # let this commit go on
+        deadline = time.monotonic() + 60
+        while spark_ahead and self.checkpoint_txid() <= self.txid():
+            assert time.monotonic() < deadline, f"Spark did not go on\n{self.report()}"
+            time.sleep(0.02)
         self.kill(run, f"{where} ({held})")
         return held
 
@@ -570,8 +588,17 @@ class KillScenario:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("overlap", ["false", "auto"])
 def test_killed_three_times_every_output_is_read_committed_exactly_once(
-        kafka, produce, output, tmp_path, hides_aborted):
+        kafka, produce, output, tmp_path, hides_aborted, overlap):
+    """Killed right after the sink's commit, inside it, and at a random moment.
+
+    ``kstorm.commit.overlap = false``: the sink commits inside the batch, so a kill right
+    after its commit leaves it a batch ahead of Spark's commit log (the next run skips that
+    txid). On (``auto``): the sink commits while Spark records the batch and runs the next,
+    so a kill inside the sink's transaction leaves Spark's commit log a batch ahead (the next
+    run runs that batch again from its logged offsets).
+    """
     from kafka_eo_topology import input_records
 
     bootstrap = kafka.bootstrap_servers
@@ -580,12 +607,13 @@ def test_killed_three_times_every_output_is_read_committed_exactly_once(
     records = input_records(KILL_RECORDS)
     for p in range(4):
         produce(bootstrap, source, records[p::4], partition=p)
-    s = KillScenario(bootstrap, source, output, tmp_path)
+    s = KillScenario(bootstrap, source, output, tmp_path, overlap)
     try:
-        held = s.kill_paused(PAUSE_AFTER_ENV, "right after commit_transaction, before Spark's "
-                                              "commit log: the sink is one batch ahead",
-                             passes=2)
-        s.kill_paused(PAUSE_ENV, "inside the transaction, after producing the batch")
+        held = s.kill_paused(PAUSE_AFTER_ENV, "right after commit_transaction"
+                             + (", before Spark's commit log: the sink is one batch ahead"
+                                if overlap == "false" else ""), passes=2)
+        s.kill_paused(PAUSE_ENV, "inside the transaction, after producing the batch",
+                      spark_ahead=overlap != "false")
         s.kill_after_a_commit(delay=0.3, commits=3)
         s.delete_checkpoint()  # the last run resumes from the sink's committed offsets
         s.finish()
@@ -610,8 +638,13 @@ def test_killed_three_times_every_output_is_read_committed_exactly_once(
     _, offsets = read_group_offsets_of(bootstrap, s.name)
     assert offsets[source] == {p: KILL_RECORDS // 4 for p in range(4)}
     assert s.kills == 3
-    ahead = int(held.split(" txid ")[1].split()[0])
-    assert f"txid {ahead} is already committed" in s.runs[1].log.read_text(errors="replace")
+    if overlap == "false":
+        ahead = int(held.split(" txid ")[1].split()[0])
+        assert f"txid {ahead} is already committed" in s.runs[1].log.read_text(
+            errors="replace")
+    else:  # killed inside the transaction while Spark had recorded its batch
+        assert "runs again from its logged offsets" in s.runs[2].log.read_text(
+            errors="replace"), s.report()
     assert "resumes from sink 'out'" in s.runs[-1].log.read_text(errors="replace")
     print(f"\n{s.name}: {len(committed)} outputs exactly once; {len(aborted)} aborted records "
           f"in the log (hidden by Kafka{'' if hides_aborted else ', shown by tansu'})\n"

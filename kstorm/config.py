@@ -132,6 +132,10 @@ class TopologyConfig(BaseModel):
     transaction_backoff_ms: int = Field(200, ge=0, alias="kstorm.transaction.backoff.ms")
     transaction_failure_policy: Literal["fail", "dead-letter"] = Field(
         "fail", alias="kstorm.transaction.failure.policy")
+    # the sinks' commit of batch N runs while Spark plans and reads batch N + 1 ("auto":
+    # where every output and all state live with sinks that record offsets; see
+    # kstorm/_spark/overlap.py)
+    commit_overlap: Literal["auto"] | bool = Field("auto", alias="kstorm.commit.overlap")
     # testing: every emitted tuple reaches the driver (kstorm.testing.run_to_completion)
     capture_emitted: bool = Field(False, alias="kstorm.capture.emitted")
     # free-form spouts (next_tuple): when a batch of their emits ends

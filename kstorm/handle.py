@@ -93,12 +93,23 @@ class TopologyHandle:
             raise failure(self.name, exc, self._commit.failure) from exc
         if done is None or done:
             self._finished()
+            own = self._commit.sink_failure  # an overlapped sink commit that failed
+            if own is not None:
+                raise failure(self.name, own, own) from own
             return True
         return False
 
     def process_all_available(self) -> None:
-        """Block until everything available now has been processed (continuous mode)."""
+        """Block until everything available now has been processed (continuous mode).
+
+        Processed means committed by the sinks too (``kstorm.commit.overlap``: the last
+        batch's sinks may still be committing when Spark has recorded it).
+        """
         self._query.processAllAvailable()
+        try:
+            self._commit.wait_for_sinks()
+        except KstormError as exc:
+            raise failure(self.name, exc, exc) from exc
 
     def stop(self) -> None:
         """Stop the topology (the batch in flight is finished or replayed on restart).

@@ -12,6 +12,10 @@ runner reads the checkpoint (its last committed batch id ``B``, its txid base ``
 - no checkpoint (deleted or never written) but a sink record: resume from the sink -- the
   spouts start at the sink's offsets, windowed state from the state stored with them, and
   txids continue at ``T + 1`` so no txid is ever reused.
+- a sink exactly one batch behind (``T = b + B - 1``, or no record and ``B = 0``) in a
+  topology whose sinks commit after Spark's commit log (``kstorm.commit.overlap``,
+  ``kstorm/_spark/overlap.py``): batch ``B`` runs again from its logged offsets with its
+  txid; the sinks that have it skip it.
 - a sink behind the checkpoint (``T < b + B``, e.g. Redis lost writes): the checkpoint is
   moved aside and the topology resumes from the sink that is furthest behind.
 - a sink with no record while the checkpoint has committed batches: start over from the
@@ -37,10 +41,11 @@ class Resume:
     from_sink: str | None = None  # sink whose offsets (and state) the topology resumes from
     offsets: Mapping[str, Mapping[int, int]] = field(default_factory=dict)
     reset_checkpoint: bool = False  # move the existing checkpoint aside first
+    replay_last: int | None = None  # run this committed batch again (its sinks lag one batch)
 
 
 def decide(last_batch: int | None, txid_base: int, checkpoint_exists: bool,
-           records: Mapping[str, CommitRecord | None]) -> Resume:
+           records: Mapping[str, CommitRecord | None], *, replayable: bool = False) -> Resume:
     """Where to start (module docstring), from the checkpoint's facts and the sinks' records.
 
     Args:
@@ -48,6 +53,8 @@ def decide(last_batch: int | None, txid_base: int, checkpoint_exists: bool,
         txid_base: the checkpoint's txid base.
         checkpoint_exists: whether the checkpoint directory exists at all.
         records: each recording sink's last record (None: it has none).
+        replayable: the checkpoint's last batch may be run again from its logged offsets
+            (a topology whose sinks commit after Spark's commit log, all state with them).
 
     Example:
         >>> decide(None, 0, False, {"store": CommitRecord(7, {"t": {0: 100}})})
@@ -63,6 +70,12 @@ def decide(last_batch: int | None, txid_base: int, checkpoint_exists: bool,
     behind = {sid: rec for sid, rec in records.items() if rec is None or rec.txid < at}
     if not behind:
         return Resume(txid_base=txid_base)
+    if replayable and all(rec.txid == at - 1 if rec is not None else last_batch == 0
+                          for rec in behind.values()):
+        log.info("sink(s) %s do not have the checkpoint's last batch %s (txid %s), which "
+                 "Spark recorded before they committed it: running it again from its logged "
+                 "offsets", sorted(behind), last_batch, at)
+        return Resume(txid_base, replay_last=last_batch)
     empty = sorted(sid for sid, rec in behind.items() if rec is None)
     if empty:
         log.warning("sink(s) %s have no record but the checkpoint has committed batch %s; "

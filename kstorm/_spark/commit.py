@@ -48,8 +48,11 @@ import json
 import logging
 import pickle
 import random
+import threading
 import time
 from collections import defaultdict
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -119,6 +122,21 @@ class _Closed:
         return self.windows.results_table(self.closed, list(self.fields))
 
 
+@dataclass
+class _Done:
+    """What a batch's commit phase keeps for its progress record (step 9)."""
+
+    batch_id: int
+    txid: int
+    offsets: Any  # BatchOffsets
+    metrics: list[dict[str, Any]]
+    reliable: Any
+    persist: list[tuple[Any, Any]]  # (WindowCommit, its windows after the batch)
+    dead: pa.Table
+    captured: pa.Table
+    started: float
+
+
 def window_state_key(component: str) -> str:
     """Name of a windowed aggregate's open windows in the sinks' stored state."""
     return f"window:{component}"
@@ -133,7 +151,7 @@ class CommitPhase:
                  windows: dict[str, Any] | None = None,
                  reliability: SpoutReliability | None = None,
                  plan: Plan | None = None, conf: dict[str, Any] | None = None,
-                 states: StateBook | None = None) -> None:
+                 states: StateBook | None = None, overlap: bool = False) -> None:
         self.topology = topology
         self.name = name
         self.checkpoint = checkpoint
@@ -155,6 +173,13 @@ class CommitPhase:
         self.conf = conf or {}
         self.states = states  # stateful bolts' state outside Spark (seed 000's protocol)
         self._carrier_logged = False
+        # kstorm.commit.overlap: batch N's sinks commit on a thread of their own while Spark
+        # runs batch N + 1 (kstorm/_spark/overlap.py)
+        self.overlap = overlap
+        self._pool: ThreadPoolExecutor | None = None
+        self._pending: Future[None] | None = None
+        self.sink_failure: KstormError | None = None  # an overlapped commit's final failure
+        self.on_failure: Callable[[], Any] | None = None  # stops the query (set by the runner)
         self.transactions = Transactions(settings.transaction_max_attempts,
                                          settings.transaction_backoff_ms,
                                          settings.transaction_failure_policy,
@@ -170,21 +195,29 @@ class CommitPhase:
                 attempt_id = self.transactions.attempt_id(attempt)
                 context.setLocalProperty(ATTEMPT_PROPERTY, str(attempt_id))
                 try:
-                    self.commit(frame.toArrow(), batch_id, attempt_id)
-                    return
+                    table = frame.toArrow()
                 except Exception as exc:  # noqa: BLE001 - decided below, re-raised if final
-                    decision = self.transactions.decide(attempt, exc)
-                    self._failed_attempt(txid, attempt, decision)
-                    if self.states is not None and decision.action != "fail":
-                        self._roll_states_back(txid, exc)  # the next attempt prepares again
-                    if decision.action == "retry":
-                        time.sleep(decision.delay_s)
-                        attempt += 1
-                        continue
-                    if decision.action == "dead-letter":
-                        self._give_up(context, frame, batch_id, attempt + 1, decision)
+                    failed = exc
+                else:
+                    # the previous batch's sinks (overlapped, strict txid order): final
+                    self.wait_for_sinks()
+                    try:
+                        self.commit(table, batch_id, attempt_id)
                         return
-                    raise self._fatal(txid, attempt, decision) from exc
+                    except Exception as exc:  # noqa: BLE001 - decided below
+                        failed = exc
+                decision = self.transactions.decide(attempt, failed)
+                self._failed_attempt(txid, attempt, decision)
+                if self.states is not None and decision.action != "fail":
+                    self._roll_states_back(txid, failed)  # the next attempt prepares again
+                if decision.action == "retry":
+                    time.sleep(decision.delay_s)
+                    attempt += 1
+                    continue
+                if decision.action == "dead-letter":
+                    self._give_up(context, frame, batch_id, attempt + 1, decision)
+                    return
+                raise self._fatal(txid, attempt, decision) from failed
         except BaseException as exc:
             self.failure = exc
             raise
@@ -292,6 +325,7 @@ class CommitPhase:
                                  else rows)
         # Step 6: sinks, in topology order.
         captured = by_dest.pop(CAPTURE, EMPTY)
+        dead = by_dest.pop(DEAD_LETTER, EMPTY)
         state = {window_state_key(w.component): snap.snapshot() for w, snap in persist}
         for spout, end in transactional.items():  # its metadata, for a lost checkpoint
             state[txspout.state_key(spout)] = json.dumps(end).encode()
@@ -299,6 +333,18 @@ class CommitPhase:
         if self.reliability is not None and reliable is not None:
             state[UNACKED_STATE] = self.reliability.resume_state(batch_id, reliable)
         ends = offsets.kafka_ends()
+        done = _Done(batch_id, txid, offsets, metrics, reliable, persist, dead, captured,
+                     started)
+        if self.overlap:
+            # What the next batch is planned and computed from, now; the sinks on the
+            # commit thread while Spark records this batch and runs the next
+            # (kstorm/_spark/overlap.py). The windows' state is persisted before the sinks
+            # commit: a crash in between runs this batch again from the state before it.
+            self._write_dead_letters(done)
+            self._persist(done, transactional)
+            self._pending = self._sinks_thread().submit(
+                self._overlapped_sinks, done, by_dest, extra, ends, state)
+            return
         carried = self._state_carrier(txid)
         # No automatic collection while the sinks build and keep an object or more per
         # tuple (collections would walk them all, again and again, finding nothing; with
@@ -308,47 +354,110 @@ class CommitPhase:
             delivered = self._commit_sinks(txid, batch_id, by_dest, extra, ends, state,
                                            carried)
         # Step 7: dead letters.
-        dead = by_dest.pop(DEAD_LETTER, EMPTY)
-        self.dead_letters.write(batch_id, [as_record(pickle.loads(v))
-                                           for v in dead.column("__vals").to_pylist()]
-                                + (reliable.dead_letters if reliable is not None else []))
+        self._write_dead_letters(done)
         # Step 7b: stateful bolts' state held by a provider commits this txid (seed 000),
         # after the sinks: a crash in between is settled at start (StateBook.recover).
         if self.states is not None and carried is None:
             self.states.commit(txid)
+        self._persist(done, transactional)
+        self._record(done, delivered, by_dest)
+
+    def _write_dead_letters(self, done: _Done) -> None:
+        """Step 7: the batch's dead letters, with the spouts' given-up tuples."""
+        self.dead_letters.write(done.batch_id, [as_record(pickle.loads(v))
+                                                for v in done.dead.column("__vals").to_pylist()]
+                                + (done.reliable.dead_letters if done.reliable is not None
+                                   else []))
+
+    def _persist(self, done: _Done, transactional: dict[str, dict[str, Any]]) -> None:
+        """Steps 8-8b: what the next batch (and a replay of this one) starts from."""
         # Step 8: the windows' state after this batch (a replay restarts from the previous).
-        for windows, snap in persist:
-            windows.persist(batch_id, snap)
+        for windows, snap in done.persist:
+            windows.persist(done.batch_id, snap)
         # Step 8a: what transactional spouts' replays returned (the next batch plans from it).
         for spout, end in transactional.items():
             self.layout.write(self.layout.txmeta_path(spout), json.dumps(
                 {"seq": end.get("seq", 0), "metas": end.get("metas", {})}).encode())
         # Step 8b: the spouts' trackers and books after this batch.
-        if self.reliability is not None and reliable is not None:
-            self.reliability.persist(batch_id, reliable)
-        # Step 9: progress and captured emissions.
+        if self.reliability is not None and done.reliable is not None:
+            self.reliability.persist(done.batch_id, done.reliable)
+
+    def _record(self, done: _Done, delivered: int, by_dest: dict[str, pa.Table]) -> None:
+        """Step 9: progress and captured emissions, once the sinks committed the batch."""
+        batch_id, reliable, metrics = done.batch_id, done.reliable, done.metrics
         for counters in metrics:
             self.progress.add_counters(counters)
         if reliable is not None:
             self.progress.add_counters(reliable.counters)
             self.progress.set_gauges(reliable.gauges)
-        self._captured(batch_id, captured)
+        self._captured(batch_id, done.captured)
         for dest in by_dest:
             log.error("batch %s: %d rows for unknown destination %r", batch_id,
                       by_dest[dest].num_rows, dest)
-        seconds = time.monotonic() - started
-        self.progress.batch_committed(batch_id, offsets.summary(), seconds)
+        seconds = time.monotonic() - done.started
+        self.progress.batch_committed(batch_id, done.offsets.summary(), seconds)
         if progress_log.isEnabledFor(logging.INFO):
             late = sum(v for c in metrics for k, v in c.items()
                        if k.endswith(".late") and isinstance(v, int))
-            marks = {w.component: snap.watermark for w, snap in persist
+            marks = {w.component: snap.watermark for w, snap in done.persist
                      if snap.watermark is not None}
             progress_log.info(
                 "topology %r batch %s (txid %s): in %s; %d tuples to sinks, %d late, %d dead "
-                "letters; watermark %s; commit %.0f ms; ends %s", self.name, batch_id, txid,
-                self._inputs(batch_id, offsets), delivered, late,
-                dead.num_rows + (len(reliable.dead_letters) if reliable is not None else 0),
-                marks or "-", 1000 * seconds, offsets.summary())
+                "letters; watermark %s; commit %.0f ms; ends %s", self.name, batch_id,
+                done.txid, self._inputs(batch_id, done.offsets), delivered, late,
+                done.dead.num_rows + (len(reliable.dead_letters) if reliable is not None
+                                      else 0),
+                marks or "-", 1000 * seconds, done.offsets.summary())
+
+    # -- the sinks' commit overlapping the next batch (kstorm.commit.overlap) ---------------
+
+    def _sinks_thread(self) -> ThreadPoolExecutor:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix=f"kstorm-sinks-{self.name}")
+        return self._pool
+
+    def _overlapped_sinks(self, done: _Done, by_dest: dict[str, pa.Table],
+                          extra: dict[str, list[_Closed]], ends: Any,
+                          state: dict[str, bytes]) -> None:
+        """Step 6 for an overlapped batch, retried in place; then step 9. Never raises.
+
+        A failure the policy makes final is kept (:meth:`wait_for_sinks` raises it in the
+        next batch, the handle reports it) and stops the query: Spark already recorded the
+        batch, so the next start runs it again (``reconcile.decide``'s replay).
+        """
+        attempt = 0
+        while True:
+            rows = dict(by_dest)
+            try:
+                with paused():
+                    delivered = self._commit_sinks(done.txid, done.batch_id, rows, extra,
+                                                   ends, state, None)
+            except Exception as exc:  # noqa: BLE001 - decided below, kept if final
+                decision = self.transactions.decide(attempt, exc)
+                self._failed_attempt(done.txid, attempt, decision)
+                if decision.action == "retry":
+                    time.sleep(decision.delay_s)
+                    attempt += 1
+                    continue
+                failure = self._fatal(done.txid, attempt, decision)
+                failure.__cause__ = exc
+                self.failure = self.sink_failure = failure
+                log.error("topology %r stops: %s (batch %s runs again at the next start)",
+                          self.name, failure, done.batch_id)
+                if self.on_failure is not None:  # not from this thread: stop waits for batches
+                    threading.Thread(target=self.on_failure, name=f"kstorm-stop-{self.name}",
+                                     daemon=True).start()
+                return
+            self._record(done, delivered, rows)
+            return
+
+    def wait_for_sinks(self) -> None:
+        """Wait for the previous batch's sinks to commit; raise their failure if they could not."""
+        pending = self._pending  # (one thread runs the sinks, in submission order)
+        if pending is not None:
+            pending.result()
+        if self.sink_failure is not None:
+            raise self.sink_failure
 
     def _state_carrier(self, txid: int) -> tuple[str, Any] | None:
         """The sink that commits the provider's states with its values (one atomic step).
@@ -469,7 +578,16 @@ class CommitPhase:
                 debug_log.info("batch %s: %s emitted on %s: %r", batch_id, src, stream, values)
 
     def close(self) -> None:
-        """Close the sinks (opened by the runner before the query starts) and the DLQ producer."""
+        """Close the sinks (opened by the runner before the query starts) and the DLQ producer.
+
+        An overlapped batch still committing finishes first (Spark recorded it already).
+        """
+        try:
+            self.wait_for_sinks()
+        except KstormError as exc:  # kept in self.failure: reported by the handle
+            log.debug("topology %r: %s", self.name, exc)
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
         for sink in self.sinks.values():
             sink.close()
         self.dead_letters.close()

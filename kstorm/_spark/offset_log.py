@@ -43,3 +43,22 @@ def next_batch_id(checkpoint: Path) -> int:
     offsets = checkpoint / "offsets"
     ids = [int(p.name) for p in offsets.iterdir() if p.name.isdigit()] if offsets.is_dir() else []
     return max(ids) + 1 if ids else 0
+
+
+def replay_last_batch(checkpoint: Path, last_batch: int) -> list[str]:
+    """Make Spark run ``last_batch`` again: out of its commit log, later plans out of its offsets.
+
+    Spark then re-runs ``last_batch`` from the offsets it logged for it (the same range,
+    the same txid). Returns the files removed.
+    """
+    removed: list[str] = []
+    targets = [checkpoint / "commits" / str(last_batch)]
+    offsets = checkpoint / "offsets"
+    if offsets.is_dir():
+        targets += [p for p in offsets.iterdir() if p.name.isdigit() and int(p.name) > last_batch]
+    for path in targets:
+        for victim in (path, path.with_name(f".{path.name}.crc")):
+            if victim.exists():
+                victim.unlink()
+                removed.append(str(victim.relative_to(checkpoint)))
+    return removed

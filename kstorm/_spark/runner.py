@@ -6,8 +6,9 @@
 2. Compile the topology into stages (``kstorm/_runtime/plan.py``).
 3. Open the sinks (declarations copied; ``open`` builds their clients).
 4. Reconcile the checkpoint with the sinks' records (``kstorm/_runtime/reconcile.py``):
-   maybe move a stale checkpoint aside, record the txid base, and start the spouts (and
-   windowed state) where the sink stopped.
+   maybe move a stale checkpoint aside or run its last batch again, record the txid base,
+   and start the spouts (and windowed state) where the sink stopped. Whether the sinks'
+   commit overlaps the next batch is decided here (``overlap.py``).
 5. Build the streaming DataFrames (``compiler.py``) and the commit phase (``commit.py``),
    and start the query: ``foreachBatch`` with the checkpoint and the trigger.
 """
@@ -32,9 +33,10 @@ from kstorm._runtime.plan import acking_plan, check_window_timeouts, compile_pla
 from kstorm._runtime.progress import Progress
 from kstorm._runtime.reliability import SpoutReliability, lowest_unacked
 from kstorm._runtime.state_book import StateBook
+from kstorm._spark import overlap
 from kstorm._spark.commit import UNACKED_STATE, CommitPhase, window_state_key
 from kstorm._spark.compiler import compile_query
-from kstorm._spark.offset_log import last_committed_batch, next_batch_id
+from kstorm._spark.offset_log import last_committed_batch, next_batch_id, replay_last_batch
 from kstorm._spark.session import get_session, start_read_planner
 from kstorm._spark.stage import release_instances
 from kstorm._spark.windowed import WindowCommit
@@ -67,7 +69,20 @@ def start(name: str, conf: dict[str, Any], topology: StormTopology) -> TopologyH
     records = {sid: sink.committed_offsets() for sid, sink in sinks.items()
                if sink.records_offsets}
     last_batch = last_committed_batch(checkpoint)
-    resume = reconcile.decide(last_batch, layout.txid_base(), checkpoint.exists(), records)
+    refused = overlap.refusals(topology, plan, settings, sinks)
+    try:
+        overlapped = overlap.enabled(name, settings, refused)
+    except BaseException:
+        for sink in sinks.values():
+            sink.close()
+        raise
+    resume = reconcile.decide(last_batch, layout.txid_base(), checkpoint.exists(), records,
+                              replayable=not refused)
+    if resume.replay_last is not None:
+        removed = replay_last_batch(checkpoint, resume.replay_last)
+        log.warning("topology %r: batch %s (txid %s) runs again from its logged offsets: Spark "
+                    "had recorded it, its sinks had not committed it (removed %s)", name,
+                    resume.replay_last, resume.txid_base + resume.replay_last, removed)
     if (last_batch is None and resume.from_sink is None and not resume.reset_checkpoint
             and next_batch_id(checkpoint) > 0 and _keeps_spark_state(plan, settings)):
         # Stopped during its very first batch: Spark refuses to run batch 0 again for a
@@ -118,7 +133,8 @@ def start(name: str, conf: dict[str, Any], topology: StormTopology) -> TopologyH
                                     settings.dead_letter_topic or f"{name}.dead-letters",
                                     max_bytes=settings.dead_letter_max_bytes)
     commit = CommitPhase(topology, name, checkpoint, settings, sinks, resume.txid_base,
-                         Progress(), dead_letters, windows, reliability, plan, conf, states)
+                         Progress(), dead_letters, windows, reliability, plan, conf, states,
+                         overlap=overlapped)
     metrics = _metrics_server(name, commit, settings)
     writer = (compiled.output.writeStream.foreachBatch(commit)
               .option("checkpointLocation", str(checkpoint)).queryName(name))
@@ -126,6 +142,9 @@ def start(name: str, conf: dict[str, Any], topology: StormTopology) -> TopologyH
         writer = writer.trigger(availableNow=True)
     else:
         writer = writer.trigger(processingTime=f"{settings.trigger_interval_ms} milliseconds")
+    if overlapped:
+        log.info("topology %r: each batch's sinks commit while the next batch runs "
+                 "(kstorm.commit.overlap)", name)
     workers_note = settings.workers_note()
     if workers_note is not None:
         log.info("topology %r: %s", name, workers_note)
@@ -140,6 +159,7 @@ def start(name: str, conf: dict[str, Any], topology: StormTopology) -> TopologyH
         if metrics is not None:
             metrics.close()
         raise
+    commit.on_failure = query.stop  # a sink commit that failed after its batch returned
     if missing_topics:
         _watch_missing_topics(name, topology, missing_topics, query)
     _release_planners_when_planned(name, spark, query, settings.release_planners,
