@@ -61,6 +61,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--no-write", action="store_true", help=f"do not write {RESULTS.name}")
     p.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE",
                    help="extra Spark setting for the kstorm runs (repeatable; for experiments)")
+    p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                   help="extra topology setting for the kstorm runs (repeatable; e.g. "
+                        "kstorm.commit.overlap=false)")
     p.add_argument("--keep", action="store_true",
                    help="keep the run's temporary directory (logs, reports, py-spy samples)")
     args = p.parse_args(argv)
@@ -107,7 +110,8 @@ def main(argv: list[str] | None = None) -> int:
             problems = check_raw(events, raws[0])
             runs = []
             for cap in args.max_offsets:
-                run = run_kstorm(setup, truth, args.events, cap, spark_conf=args.spark_conf)
+                run = run_kstorm(setup, truth, args.events, cap, spark_conf=args.spark_conf,
+                                 conf=args.conf)
                 runs.append(run)
                 log(f"kstorm max_offsets_per_batch={cap:,}: steady "
                     f"{report.fmt_rate(run.steady_rate)} ev/s, first result "
@@ -122,7 +126,8 @@ def main(argv: list[str] | None = None) -> int:
             if args.profile:
                 raw_file = workdir / "pyspy.txt"
                 profiled = run_kstorm(setup, truth, args.events, best_of(runs).max_offsets,
-                                      profile=raw_file, spark_conf=args.spark_conf)
+                                      profile=raw_file, spark_conf=args.spark_conf,
+                                      conf=args.conf)
                 profile_text = summarize(raw_file.read_text(), profiled)
                 log("profiled run done")
     finally:
@@ -159,7 +164,7 @@ def run_one_row_batches(setup: Setup, args: argparse.Namespace, log: Callable[[s
     small = dataclasses.replace(setup, topic=f"{setup.topic}-1row")
     n = args.one_row_batches
     _, truth, _, _ = make_events(small, n, args.seed, args.partitions, args.keys, log)
-    run = run_kstorm(small, truth, n, 1, spark_conf=args.spark_conf)
+    run = run_kstorm(small, truth, n, 1, spark_conf=args.spark_conf, conf=args.conf)
     log(f"kstorm one offset per batch: {report.fmt_ms(report.per_batch_s(run))} per batch "
         f"over {run.batches} batches, exact: {'yes' if run.exact else 'NO'}")
     return run
@@ -179,6 +184,7 @@ def write_results(args: argparse.Namespace, raws: list[RawResult], runs: list[Ks
     if args.events != 1_000_000:
         command += f" --events {args.events}"
     command += "".join(f" --spark-conf {kv}" for kv in args.spark_conf)
+    command += "".join(f" --conf {kv}" for kv in args.conf)
     command += f" --one-row-batches {args.one_row_batches}" if args.one_row_batches else ""
     command += " --profile" if args.profile else ""
     block = report.results_block(

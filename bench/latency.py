@@ -247,6 +247,8 @@ def run_one(job: str, kind: str, rate: int, args: argparse.Namespace, services: 
                    "--lag-ms", str(args.lag_ms), "--trigger-ms", str(args.trigger_ms)]
         for kv in args.spark_conf:
             command += ["--spark-conf", kv]
+        for kv in args.conf:
+            command += ["--conf", kv]
         record = f"kstorm:{NAME}:{SINK}:offsets"
     else:
         command = [sys.executable, "-m", "bench.latency", "--raw-job", kind,
@@ -596,6 +598,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-write", action="store_true")
     p.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE",
                    help="a Spark setting for the kstorm jobs (repeatable)")
+    p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                   help="a topology setting for the kstorm jobs (repeatable; e.g. "
+                        "kstorm.commit.overlap=false)")
     p.add_argument("--raw-job", choices=("windowed", "stateless"), help=argparse.SUPPRESS)
     for hidden in ("--bootstrap", "--redis", "--topic", "--out"):
         p.add_argument(hidden, help=argparse.SUPPRESS)

@@ -69,6 +69,7 @@ def main() -> None:
     parser.add_argument("--trigger-ms", type=int, default=250)
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE")
     args = parser.parse_args()
     stop = {"now": False}
     signal.signal(signal.SIGTERM, lambda *_: stop.update(now=True))
@@ -76,7 +77,8 @@ def main() -> None:
             "kstorm.checkpoint.dir": args.checkpoint,
             "kstorm.trigger": "continuous", "kstorm.trigger.interval.ms": args.trigger_ms,
             "kstorm.spark.master": args.master,
-            "kstorm.spark.conf": dict(kv.split("=", 1) for kv in args.spark_conf)}
+            "kstorm.spark.conf": dict(kv.split("=", 1) for kv in args.spark_conf),
+            **dict(kv.split("=", 1) for kv in args.conf)}
     topology = build(args.kind, args.topic, args.redis, window_ms=args.window_ms,
                      lag_ms=args.lag_ms)
     submitted = time.time()

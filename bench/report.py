@@ -115,12 +115,14 @@ def markdown_table(raw: RawResult, run: KstormRun) -> str:
 def sweep_table(runs: list[KstormRun], raw: RawResult) -> str:
     """One line per ``max_offsets_per_batch`` tried."""
     lines = ["| max_offsets_per_batch | batches | steady ev/s | ratio | end-to-end ev/s | "
-             "first result (submit) | commit ms/batch | peak RSS | exact |",
+             "first result (submit) | commit ms/batch (in the batch) | peak RSS | exact |",
              "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
     for r in runs:
         ratio = "-" if r.steady_rate is None else f"{r.steady_rate / raw.rate:.2f}x"
         commit = r.report.get("commit_seconds")
-        per_batch = f"{1000 * commit / r.batches:.0f}" if commit and r.batches else "-"
+        blocking = r.report.get("commit_blocking_seconds", commit)
+        per_batch = (f"{1000 * commit / r.batches:.0f} ({1000 * blocking / r.batches:.0f})"
+                     if commit and blocking is not None and r.batches else "-")
         lines.append(f"| {r.max_offsets:,} | {r.batches} | {fmt_rate(r.steady_rate)} | {ratio} "
                      f"| {fmt_rate(r.end_to_end_rate)} | {fmt_s(r.submit_to_first_result_s)} "
                      f"| {per_batch} | {fmt_bytes(r.peak_rss_bytes)} "

@@ -127,7 +127,8 @@ def read_windows(redis_url: str) -> dict[tuple[str, int], tuple[int, int]]:
 
 
 def run_kstorm(setup: Setup, truth: Truth, n: int, max_offsets: int, *,
-               profile: Path | None = None, spark_conf: list[str] | None = None) -> KstormRun:
+               profile: Path | None = None, spark_conf: list[str] | None = None,
+               conf: list[str] | None = None) -> KstormRun:
     """One kstorm run in a child process, watched; results read back and compared."""
     import redis
 
@@ -140,6 +141,8 @@ def run_kstorm(setup: Setup, truth: Truth, n: int, max_offsets: int, *,
                "--max-offsets", str(max_offsets), "--master", setup.master]
     for kv in spark_conf or []:
         command += ["--spark-conf", kv]
+    for kv in conf or []:
+        command += ["--conf", kv]
     if profile is not None:
         command = ["py-spy", "record", "--subprocesses", "--rate", "50", "--format", "raw",
                    "--output", str(profile), "--", *command]

@@ -70,7 +70,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "kstorm.checkpoint.dir": args.checkpoint,
             "kstorm.trigger": "available-now",
             "kstorm.spark.master": args.master,
-            "kstorm.spark.conf": dict(kv.split("=", 1) for kv in args.spark_conf)}
+            "kstorm.spark.conf": dict(kv.split("=", 1) for kv in args.spark_conf),
+            **dict(kv.split("=", 1) for kv in args.conf)}
     topology = build(args.topic, args.redis, args.max_offsets)
     submitted = time.monotonic()
     handle = submit_topology(TOPOLOGY, conf, topology)
@@ -89,6 +90,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "windows": component.get("windows", 0),
             "first_commit_after_s": progress["first_commit_after_s"],
             "commit_seconds": progress["commit_seconds"],
+            "commit_blocking_seconds": progress["commit_blocking_seconds"],
             "dead_letters": progress["dead_letters"], "spark_batches": durations}
 
 
@@ -104,6 +106,8 @@ def main() -> None:
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE",
                         help="extra Spark setting (repeatable)")
+    parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                        help="extra topology setting, e.g. kstorm.commit.overlap=false")
     args = parser.parse_args()
     report = run(args)
     Path(args.out).write_text(json.dumps(report))

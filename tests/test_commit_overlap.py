@@ -155,3 +155,14 @@ def test_replay_last_batch_leaves_spark_the_batch_to_run_again(tmp_path: Path):
     assert sorted(removed) == ["commits/2", "offsets/.3.crc", "offsets/3"]
     assert last_committed_batch(checkpoint) == 1
     assert next_batch_id(checkpoint) == 3  # batch 2's offsets stay: Spark re-runs them
+
+
+def test_progress_tells_the_commit_time_from_the_part_the_batch_waited_for():
+    from kstorm._runtime.progress import Progress
+
+    progress = Progress()
+    progress.batch_committed(0, {}, 0.030, blocking=0.010)  # overlapped: the sinks ran after
+    progress.batch_committed(1, {}, 0.020)  # committed inside its batch: all of it
+    snap = progress.snapshot()
+    assert snap["commit_seconds"] == pytest.approx(0.050)
+    assert snap["commit_blocking_seconds"] == pytest.approx(0.030)

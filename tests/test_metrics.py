@@ -15,9 +15,10 @@ def test_counters_gauges_offsets_and_dead_letters() -> None:
     progress.add_counters({"split.emitted": 5, "count.executed": 5})
     progress.increment({"__transactions.failed": 2})
     progress.set_gauges({"__acker.pending": 7})
-    progress.batch_committed(3, {"words": {"events": {"0": 120, "1": 98}}}, 0.25)
+    progress.batch_committed(3, {"words": {"events": {"0": 120, "1": 98}}}, 0.25, 0.125)
     text = generate_latest(registry_for("wc", progress, lambda: 4)).decode()
     for line in ['kstorm_batches_total{topology="wc"} 1.0',
+                 'kstorm_commit_blocking_seconds_total{topology="wc"} 0.125',
                  'kstorm_last_batch_id{topology="wc"} 3.0',
                  'kstorm_commit_seconds_total{topology="wc"} 0.25',
                  'kstorm_component_events_total{component="split",event="emitted",'

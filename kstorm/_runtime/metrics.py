@@ -10,6 +10,7 @@ metric                                    type      labels
 ``kstorm_batches_total``                  counter   topology
 ``kstorm_last_batch_id``                  gauge     topology
 ``kstorm_commit_seconds_total``           counter   topology (time in the commit phase)
+``kstorm_commit_blocking_seconds_total``  counter   topology (of which batches waited for)
 ``kstorm_component_events_total``         counter   topology, component, event (emitted,
                                                     executed, acked, failed, late,
                                                     dead_lettered...; ``__transactions``:
@@ -73,6 +74,12 @@ class _ProgressCollector:
                                       labels=["topology"])
         seconds.add_metric([t], snap["commit_seconds"])
         yield seconds
+        blocking = CounterMetricFamily(
+            "kstorm_commit_blocking_seconds",
+            "Time batches waited for their commit phase (less than kstorm_commit_seconds when "
+            "the sinks' commit overlaps the next batch)", labels=["topology"])
+        blocking.add_metric([t], snap["commit_blocking_seconds"])
+        yield blocking
         events = CounterMetricFamily("kstorm_component_events",
                                      "Per-component counters (tuples and outcomes)",
                                      labels=["topology", "component", "event"])

@@ -23,6 +23,7 @@ class Progress:
         self.last_offsets: dict[str, Any] = {}
         self.first_commit_at: float | None = None
         self.commit_seconds = 0.0
+        self.commit_blocking_seconds = 0.0  # of which the batches waited for
 
     def add_counters(self, counters: dict[str, Any]) -> None:
         """Fold one stage task's counters (``component.metric`` -> n) in."""
@@ -40,9 +41,16 @@ class Progress:
         with self._lock:
             self.gauges.update(gauges)
 
-    def batch_committed(self, batch_id: int, offsets: dict[str, Any], seconds: float) -> None:
-        """Record that ``batch_id`` went through the commit phase."""
+    def batch_committed(self, batch_id: int, offsets: dict[str, Any], seconds: float,
+                        blocking: float | None = None) -> None:
+        """Record that ``batch_id`` went through the commit phase.
+
+        ``seconds``: from the commit phase's start to its sinks' commit; ``blocking``: the
+        part Spark waited for before its next batch (less when the sinks' commit overlapped
+        the next batch, ``kstorm.commit.overlap``; None: all of it).
+        """
         with self._lock:
+            self.commit_blocking_seconds += seconds if blocking is None else blocking
             self.batches += 1
             self.last_batch_id = batch_id
             self.last_offsets = offsets
@@ -66,4 +74,5 @@ class Progress:
                 "first_commit_after_s": (None if self.first_commit_at is None
                                          else self.first_commit_at - self.started),
                 "commit_seconds": self.commit_seconds,
+                "commit_blocking_seconds": self.commit_blocking_seconds,
             }

@@ -40,6 +40,13 @@ failed attempt is retried in place, then the failure policy applies
 
 Spark writes the batch to its commit log only after ``__call__`` returns; a crash before
 that replays the same batch id with the same offsets, and the sinks skip or recompute it.
+
+With ``kstorm.commit.overlap`` (``kstorm/_spark/overlap.py``; topologies whose state all
+lives with sinks that record offsets) steps 7 and 8 run before step 6 and ``__call__``
+returns; steps 6 and 9 run on the sinks' thread while Spark records the batch and runs the
+next, whose ``__call__`` waits for them after its Spark job (strict txid order). A crash
+in between leaves the checkpoint a batch ahead of a sink, and the next start runs that batch
+again (``reconcile.decide``).
 """
 
 from __future__ import annotations
@@ -135,6 +142,7 @@ class _Done:
     dead: pa.Table
     captured: pa.Table
     started: float
+    blocking: float | None = None  # seconds the batch waited for (overlapped: not the sinks)
 
 
 def window_state_key(component: str) -> str:
@@ -180,6 +188,7 @@ class CommitPhase:
         self._pending: Future[None] | None = None
         self.sink_failure: KstormError | None = None  # an overlapped commit's final failure
         self.on_failure: Callable[[], Any] | None = None  # stops the query (set by the runner)
+        self._waited = 0.0  # how long this batch waited for the previous batch's sinks
         self.transactions = Transactions(settings.transaction_max_attempts,
                                          settings.transaction_backoff_ms,
                                          settings.transaction_failure_policy,
@@ -200,7 +209,9 @@ class CommitPhase:
                     failed = exc
                 else:
                     # the previous batch's sinks (overlapped, strict txid order): final
+                    waiting = time.monotonic()
                     self.wait_for_sinks()
+                    self._waited = time.monotonic() - waiting
                     try:
                         self.commit(table, batch_id, attempt_id)
                         return
@@ -342,6 +353,8 @@ class CommitPhase:
             # commit: a crash in between runs this batch again from the state before it.
             self._write_dead_letters(done)
             self._persist(done, transactional)
+            done.blocking = time.monotonic() - started + self._waited
+            self._waited = 0.0
             self._pending = self._sinks_thread().submit(
                 self._overlapped_sinks, done, by_dest, extra, ends, state)
             return
@@ -395,7 +408,7 @@ class CommitPhase:
             log.error("batch %s: %d rows for unknown destination %r", batch_id,
                       by_dest[dest].num_rows, dest)
         seconds = time.monotonic() - done.started
-        self.progress.batch_committed(batch_id, done.offsets.summary(), seconds)
+        self.progress.batch_committed(batch_id, done.offsets.summary(), seconds, done.blocking)
         if progress_log.isEnabledFor(logging.INFO):
             late = sum(v for c in metrics for k, v in c.items()
                        if k.endswith(".late") and isinstance(v, int))
