@@ -173,7 +173,8 @@ def run(args: argparse.Namespace) -> int:
             "kstorm.trigger": "continuous",
             "kstorm.trigger.interval.ms": args.trigger_ms,
             "kstorm.spark.master": args.master,
-            "kstorm.shuffle.partitions": 2}
+            "kstorm.shuffle.partitions": 2,
+            "kstorm.commit.overlap": args.commit_overlap}
     topology = build_topology(args.topic, args.redis_url, args.prefix or args.name,
                               mode=args.mode, max_per_batch=args.max_per_batch)
     handle = submit_topology(args.name, conf, topology)
@@ -222,6 +223,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--trigger-ms", type=int, default=100)
     parser.add_argument("--timeout", type=float, default=300.0)
     parser.add_argument("--master", default="local[2]", help="Spark master")
+    parser.add_argument("--commit-overlap", default="auto", choices=("auto", "true", "false"))
     return parser.parse_args(argv)
 
 

@@ -1,7 +1,8 @@
 """kstorm.commit.overlap on Spark: a sink that fails after Spark recorded its batch.
 
-With the overlap (on by default for a Kafka spout feeding sinks that record offsets), a
-batch's sinks commit on their own thread while Spark records the batch and runs the next.
+With the overlap (``kstorm.commit.overlap = true``, for a Kafka spout feeding sinks that
+record offsets; ``auto`` leaves it off under a ``local`` master on every core), a batch's
+sinks commit on their own thread while Spark records the batch and runs the next.
 A sink that then fails for good must stop the topology with its error, not be lost: the
 handle raises it, Spark's checkpoint is one batch ahead of the sink, and the next start
 runs that batch again from its logged offsets -- every value exactly once.
@@ -52,7 +53,8 @@ def topology(topic: str, db: str, flag: str) -> Any:
 def conf(kafka: Any, checkpoint: Path, **more: Any) -> dict[str, Any]:
     return {"kafka.bootstrap.servers": kafka.bootstrap_servers,
             "kstorm.checkpoint.dir": str(checkpoint), "kstorm.trigger": "available-now",
-            "kstorm.transaction.max.attempts": 2, "kstorm.transaction.backoff.ms": 0, **more}
+            "kstorm.transaction.max.attempts": 2, "kstorm.transaction.backoff.ms": 0,
+            "kstorm.commit.overlap": True, **more}
 
 
 def test_a_sink_failing_after_spark_recorded_its_batch_stops_and_the_batch_runs_again(
@@ -108,3 +110,26 @@ def test_overlap_true_is_refused_where_the_commit_must_stay_in_the_batch(
             kafka, tmp_path / "ck", **{"kstorm.commit.overlap": True,
                                        "kstorm.transaction.failure.policy": "dead-letter"}),
             topology(topic_name, str(tmp_path / "t.db"), str(tmp_path / "never")))
+
+
+def test_auto_overlaps_only_where_the_driver_has_cores_of_its_own(
+        spark: Any, kafka: Any, topic_name: str, produce: Any, tmp_path: Path,
+        caplog: pytest.LogCaptureFixture) -> None:
+    from kstorm._spark.overlap import shares_cores
+
+    create_topic(kafka.bootstrap_servers, topic_name, 1)
+    produce(kafka.bootstrap_servers, topic_name,
+            [json.dumps({"key": "a", "n": i}) for i in range(50)])
+    caplog.set_level(logging.INFO, logger="kstorm")
+    handle = submit_topology("overlap-auto", conf(
+        kafka, tmp_path / "ck", **{"kstorm.commit.overlap": "auto"}),
+        topology(topic_name, str(tmp_path / "t.db"), str(tmp_path / "never")))
+    try:
+        assert handle.await_termination(180)
+    finally:
+        handle.stop()
+    overlapped = any("each batch's sinks commit while the next batch runs" in r.getMessage()
+                     for r in caplog.records)
+    assert overlapped is not shares_cores(spark.sparkContext.master)
+    with sqlite3.connect(tmp_path / "t.db") as conn:
+        assert conn.execute("SELECT v FROM totals").fetchall() == [(sum(range(50)),)]

@@ -356,8 +356,9 @@ def test_kill_at_random_moments_and_inside_the_commit(
 def test_kill_while_the_sinks_commit_a_batch_spark_already_recorded(
         kafka: KafkaService, redis_server: RedisService, dataset: Dataset,
         tmp_path: Path) -> None:
-    """kstorm.commit.overlap (on by default here): the restart runs that batch again."""
+    """kstorm.commit.overlap = true: the restart runs that batch again."""
     s = scenario(kafka, dataset, redis_server.url, tmp_path, seed=4)
+    s.extra_argv = ["--commit-overlap", "true"]
     try:
         s.kill_with_the_sinks_behind()
         s.finish()

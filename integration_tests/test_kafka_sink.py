@@ -588,14 +588,14 @@ class KillScenario:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("overlap", ["false", "auto"])
+@pytest.mark.parametrize("overlap", ["false", "true"])
 def test_killed_three_times_every_output_is_read_committed_exactly_once(
         kafka, produce, output, tmp_path, hides_aborted, overlap):
     """Killed right after the sink's commit, inside it, and at a random moment.
 
     ``kstorm.commit.overlap = false``: the sink commits inside the batch, so a kill right
     after its commit leaves it a batch ahead of Spark's commit log (the next run skips that
-    txid). On (``auto``): the sink commits while Spark records the batch and runs the next,
+    txid). On (``true``): the sink commits while Spark records the batch and runs the next,
     so a kill inside the sink's transaction leaves Spark's commit log a batch ahead (the next
     run runs that batch again from its logged offsets).
     """

@@ -100,17 +100,32 @@ def test_what_keeps_the_commit_inside_the_batch_is_named():
 def test_the_key_decides_and_true_is_refused_where_it_cannot_be_kept():
     auto = TopologyConfig.from_conf({})
     assert auto.commit_overlap == "auto"
-    assert overlap.enabled("t", auto, []) is True
-    assert overlap.enabled("t", auto, ["a stateful bolt 'count'"]) is False
+    cluster = "spark://10.0.0.1:7077"
+    assert overlap.enabled("t", auto, [], cluster) is True
+    assert overlap.enabled("t", auto, ["'count' is a stateful bolt"], cluster) is False
+    # auto: not where the batch's tasks take every core the driver has
+    assert overlap.enabled("t", auto, [], "local[*]") is False
     off = TopologyConfig.from_conf({"kstorm.commit.overlap": "false"})
-    assert overlap.enabled("t", off, []) is False
+    assert overlap.enabled("t", off, [], cluster) is False
     on = TopologyConfig.from_conf({"kstorm.commit.overlap": True})
-    assert overlap.enabled("t", on, []) is True
+    assert overlap.enabled("t", on, [], "local[*]") is True
+    overlap.check("t", on, [])
+    overlap.check("t", auto, ["'count' is a stateful bolt"])  # auto: commits in the batch
     with pytest.raises(ConfigError,
                        match="overlap = true.*'count' is a stateful bolt"):
-        overlap.enabled("t", on, ["'count' is a stateful bolt"])
+        overlap.check("t", on, ["'count' is a stateful bolt"])
     with pytest.raises(ConfigError, match="kstorm.commit.overlap"):
         TopologyConfig.from_conf({"kstorm.commit.overlap": "sometimes"})
+
+
+@pytest.mark.parametrize(("master", "cores", "shares"), [
+    ("local[*]", 2, True), ("local[2]", 2, True), ("local[4]", 2, True),
+    ("local[1]", 2, False), ("local", 2, False), ("local", 1, True),
+    ("local[3,2]", 8, False), ("local-cluster[2,1,1024]", 8, True),
+    ("spark://127.0.0.1:7077", 2, False), ("yarn", 2, False), ("k8s://https://k:443", 2, False),
+])
+def test_a_local_master_on_every_core_shares_them_with_the_driver(master, cores, shares):
+    assert overlap.shares_cores(master, cores=cores) is shares
 
 
 def rec(txid: int) -> CommitRecord:

@@ -71,7 +71,7 @@ def start(name: str, conf: dict[str, Any], topology: StormTopology) -> TopologyH
     last_batch = last_committed_batch(checkpoint)
     refused = overlap.refusals(topology, plan, settings, sinks)
     try:
-        overlapped = overlap.enabled(name, settings, refused)
+        overlap.check(name, settings, refused)
     except BaseException:
         for sink in sinks.values():
             sink.close()
@@ -118,6 +118,7 @@ def start(name: str, conf: dict[str, Any], topology: StormTopology) -> TopologyH
         if acking is not None:
             check_window_timeouts(topology, acking)
     spark = get_session(settings, app_name=name)
+    overlapped = overlap.enabled(name, settings, refused, spark.sparkContext.master)
     compiled = compile_query(spark, topology, plan, name, conf, settings, layout,
                              window_seeds=dict(resumed_state), acking=acking,
                              txid_base=resume.txid_base)
