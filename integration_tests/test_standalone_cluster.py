@@ -5,6 +5,8 @@ topology (``eo_topology``: KafkaSpout -> WindowedAggregate -> RedisSink) with
 ``kstorm.spark.master = spark://127.0.0.1:PORT``; the checkpoint is a local path the driver
 and both workers see. Once batches commit, one worker JVM is SIGKILLed with its executors:
 Spark reschedules on the other, and every window in Redis must still equal the ground truth.
+On a cluster master the sinks' commit overlaps the next batch (``kstorm.commit.overlap =
+auto``), so that path runs on executors elsewhere too.
 """
 
 from __future__ import annotations
@@ -54,6 +56,9 @@ def test_a_worker_killed_mid_run_changes_no_result(kafka: Any, redis_server: Any
     s.check(dataset, kills=0)
     executors = (cluster.logs / "work1").rglob("stderr")
     assert any(executors), "the surviving worker ran no executor"
+    # a cluster master leaves the driver its cores: kstorm.commit.overlap = auto overlaps
+    assert "each batch's sinks commit while the next batch runs" in run.log.read_text(
+        errors="replace"), s.report()
 
 
 def test_topology_workers_are_the_applications_executors(tmp_path: Path,
