@@ -330,3 +330,35 @@ def test_available_now_target_ignores_records_produced_after_it(kafka, topic_nam
 
     assert ends == [4, 8, 10]
     assert reader.reportLatestOffset() == {topic_name: {"0": 20}}
+
+
+def test_kept_read_consumers_read_the_same_rows_as_fresh_ones(kafka, topic_name, produce,
+                                                              monkeypatch):
+    """A worker's read consumer kept for the partition's next range (catching up), one a
+    range behind, one repositioned by assign: every range reads exactly its records."""
+    from confluent_kafka import TopicPartition
+
+    import kstorm._kafka.fetch as fetch
+    from kstorm._kafka.offsets import OffsetRange
+
+    kept = fetch._Kept()
+    monkeypatch.setattr(fetch, "_KEPT", kept)
+    create_topic(kafka.bootstrap_servers, topic_name, partitions=1)
+    produce(kafka.bootstrap_servers, topic_name, [f"v{i}" for i in range(60)])
+    spout = KafkaSpout(topic_name, bootstrap_servers=kafka.bootstrap_servers, read_timeout=5)
+
+    def offsets(start: int, end: int) -> list[int]:
+        task = OffsetRange(topic_name, 0, start, end)
+        return [r["offset"] for b in fetch.read_range(spout, task) for r in b.to_pylist()]
+
+    assert offsets(0, 10) == list(range(10))
+    (consumer,) = [c.consumer for c in kept._consumers.values()]
+    assert offsets(10, 20) == list(range(10, 20))  # the same consumer, straight on
+    assert offsets(30, 40) == list(range(30, 40))  # a range behind: 20-29 dropped
+    assert [c.consumer for c in kept._consumers.values()] == [consumer]
+    consumer.assign([TopicPartition(topic_name, 0, 5)])  # what a consumer behind does on error
+    assert [m.offset() for m in consumer.consume(3, 5.0)] == [5, 6, 7]
+    kept._consumers.clear()
+    consumer.close()
+    assert offsets(40, 55) == list(range(40, 55))  # 5 left: less than a range, closed
+    assert not kept._consumers

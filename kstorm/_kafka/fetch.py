@@ -14,8 +14,11 @@ shorter batch.
 from __future__ import annotations
 
 import logging
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -37,9 +40,8 @@ CHUNK_ROWS = 10_000
 # broker, 1,000,000 standard-benchmark events, median of 8). A full queue makes librdkafka
 # wait fetch.queue.backoff.ms (default 1 s) before fetching again: 5 ms keeps a long range
 # streaming (125,000 records: 221 -> 182 ms). A spout's consumer_config overrides these.
-# (Keeping a consumer per partition for the next batch's range saved another ~10 ms per
-# range in catch-up, but tripled the window latency at the tail of a live stream:
-# python -m bench.latency, 20,000 events/s, p50 0.13 -> 0.31-0.38 s; not done.)
+# A consumer is kept for the partition's next range only while the stream is catching up
+# (see _Kept).
 _READ_TUNING = {"fetch.wait.max.ms": "100", "max.partition.fetch.bytes": "1048576",
                 "queued.max.messages.kbytes": "1024", "fetch.queue.backoff.ms": "5"}
 
@@ -61,41 +63,150 @@ def read_range(
     """
     if task.size <= 0:
         return
-    consumer = Consumer(spout.client_config("consumer", tuning=_READ_TUNING))
+    config = spout.client_config("consumer", tuning=_READ_TUNING)
+    kept = _KEPT.take(config, task)
+    consumer = kept.consumer if kept is not None else Consumer(config)
+    read = _Read(task.start if kept is None else kept.next_offset)
     try:
-        consumer.assign([KafkaTopicPartition(task.topic, task.partition, task.start)])
+        if kept is None:
+            consumer.assign([KafkaTopicPartition(task.topic, task.partition, task.start)])
         pending: list[Message] = []
-        for messages in _consume(consumer, spout, task, clock):
+        for messages in _consume(consumer, spout, task, clock, read):
             pending.extend(messages)
             while len(pending) >= chunk_rows:
                 yield to_record_batch(spout, task.topic, task.partition, pending[:chunk_rows])
                 del pending[:chunk_rows]
         if pending:
             yield to_record_batch(spout, task.topic, task.partition, pending)
+        read.complete = True
     finally:
-        consumer.close()
+        kept_again = read.complete and read.reusable and _KEPT.give_back(
+            config, task, consumer, read.next_offset)
+        if not kept_again:
+            consumer.close()
+
+
+@dataclass
+class _Read:
+    """How far a consumer delivered: the offset after the last record it returned."""
+
+    next_offset: int
+    complete: bool = False  # the range was read to its end
+    reusable: bool = True  # False once an opaque spout's read skipped deleted records
+
+
+@dataclass
+class _KeptConsumer:
+    consumer: Consumer
+    next_offset: int
+    used_at: float
+
+
+class _Kept:
+    """Read consumers a Python worker keeps for the partition's next range, while catching up.
+
+    A fresh consumer per range pays a connection, a first fetch from the broker and a close
+    (~9 ms of a 17 ms 5,000-record range on the embedded broker); one kept from the
+    previous range has prefetched the next records into its queue (5,000 records in ~1 ms).
+    Kept only when at least another range's worth of records already waits beyond the range
+    (the consumer's cached high watermark): at the tail of a live stream a kept consumer's
+    long-poll fetch can delay the next range's records (window latency tripled when every
+    consumer was kept), so there the consumer is closed as before.
+
+    Spark hands a batch's tasks to any idle worker, so a worker's consumer may be a range
+    behind: records it delivers below the range start are dropped (``_consume`` trims), up
+    to :data:`SKIP_MAX` offsets; further behind, or ahead, a fresh consumer reads the range.
+    Which consumer reads a range never changes its rows: offsets outside the range are
+    dropped, and the range must be read to its end. At most :data:`KEEP_MAX` consumers are
+    kept; one unused for :data:`IDLE_S` seconds is closed at the next read task.
+    """
+
+    KEEP_MAX = 16
+    IDLE_S = 60.0
+    SKIP_MAX = 20_000
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._consumers: OrderedDict[tuple[Any, ...], _KeptConsumer] = OrderedDict()
+
+    @staticmethod
+    def _key(config: dict[str, Any], task: OffsetRange) -> tuple[Any, ...]:
+        settings = tuple(sorted((k, str(v)) for k, v in config.items() if k != "logger"))
+        return (settings, task.topic, task.partition)
+
+    def take(self, config: dict[str, Any], task: OffsetRange) -> _KeptConsumer | None:
+        """The kept consumer that can read ``task`` from where it is, else None."""
+        now = time.monotonic()
+        with self._lock:
+            found = self._consumers.pop(self._key(config, task), None)
+            stale = [k for k, c in self._consumers.items() if now - c.used_at > self.IDLE_S]
+            closing = [self._consumers.pop(k).consumer for k in stale]
+        if found is not None and not 0 <= task.start - found.next_offset <= self.SKIP_MAX:
+            closing.append(found.consumer)
+            found = None
+        for consumer in closing:
+            consumer.close()
+        return found
+
+    def give_back(self, config: dict[str, Any], task: OffsetRange, consumer: Consumer,
+                  next_offset: int) -> bool:
+        """Keep ``consumer`` if the stream is catching up on its partition; else False."""
+        tp = KafkaTopicPartition(task.topic, task.partition)
+        try:
+            _low, high = consumer.get_watermark_offsets(tp, cached=True)
+        except Exception:  # noqa: BLE001 - nothing cached: do not keep
+            return False
+        if high is None or high - next_offset < task.size:
+            return False
+        evicted = None
+        with self._lock:
+            self._consumers[self._key(config, task)] = _KeptConsumer(
+                consumer, next_offset, time.monotonic())
+            if len(self._consumers) > self.KEEP_MAX:
+                evicted = self._consumers.popitem(last=False)[1].consumer
+        if evicted is not None:
+            evicted.close()
+        return True
+
+
+_KEPT = _Kept()
 
 
 def _consume(
-    consumer: Consumer, spout: KafkaSpout, task: OffsetRange, clock: Callable[[], float]
+    consumer: Consumer, spout: KafkaSpout, task: OffsetRange, clock: Callable[[], float],
+    read: _Read | None = None,
 ) -> Iterator[list[Message]]:
-    """Lists of messages of the range, in offset order, until the end is reached."""
+    """Lists of messages of the range, in offset order, until the end is reached.
+
+    ``read`` (when given) follows the offset after the last record the consumer returned,
+    and says whether the consumer skipped deleted records.
+    """
+    read = read if read is not None else _Read(task.start)
     position = task.start
     progress_at = clock()
     while position < task.end:
-        wanted = min(task.end - position, CHUNK_ROWS)
+        behind = max(task.start - read.next_offset, 0)  # a kept consumer a range behind
+        wanted = min(task.end - position + behind, CHUNK_ROWS)
         got = consumer.consume(wanted, spout.poll_timeout)
         records = [m for m in got if m.error() is None]
+        if len(records) != len(got) and read.next_offset < task.start:
+            # a kept consumer still behind the range: its error concerns records before the
+            # range (e.g. deleted by retention since); read the range from its start
+            consumer.assign([KafkaTopicPartition(task.topic, task.partition, task.start)])
+            read.next_offset = task.start
+            continue
         if len(records) != len(got) and _check_errors(got, task, position,
                                                       opaque=spout.opaque):
             resumed = _skip_deleted(consumer, task, position)
+            read.reusable = False  # the consumer skipped records: never kept
             if resumed is None:
                 return
             position, progress_at = resumed, clock()
             continue
         if records:
             first, last = _offset(records[0]), _offset(records[-1])
-            if first < task.start or last >= task.end:  # trim to the range (rare)
+            read.next_offset = max(read.next_offset, last + 1)
+            if first < task.start or last >= task.end:  # trim to the range
                 records = [m for m in records if task.start <= _offset(m) < task.end]
             position = max(position, last + 1)
             progress_at = clock()
