@@ -89,6 +89,7 @@ class FakeConsumer:
 def kept(monkeypatch) -> fetch._Kept:
     made = fetch._Kept()
     monkeypatch.setattr(fetch, "_KEPT", made)
+    monkeypatch.setattr(fetch, "_close_aside", lambda consumers: [c.close() for c in consumers])
     return made
 
 
@@ -186,3 +187,21 @@ def test_kept_consumers_are_bounded_and_closed_when_idle(monkeypatch, kept):
     kept.IDLE_S = -1.0
     list(fetch.read_range(SPOUT, OffsetRange("t", 2, 10, 20)))
     assert made[1].closed and not made[2].closed
+
+
+def test_consumers_no_task_uses_are_closed_off_the_tasks_path():
+    import threading
+
+    started = threading.Event()
+
+    class Slow:  # a close that waits for a long poll in flight
+        closed = False
+
+        def close(self) -> None:
+            started.set()
+            assert threading.current_thread() is not threading.main_thread()
+            self.closed = True
+
+    consumer = Slow()
+    fetch._close_aside([consumer])
+    assert started.wait(5.0)

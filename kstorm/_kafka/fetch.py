@@ -118,7 +118,8 @@ class _Kept:
     to :data:`SKIP_MAX` offsets; further behind, or ahead, a fresh consumer reads the range.
     Which consumer reads a range never changes its rows: offsets outside the range are
     dropped, and the range must be read to its end. At most :data:`KEEP_MAX` consumers are
-    kept; one unused for :data:`IDLE_S` seconds is closed at the next read task.
+    kept; one unused for :data:`IDLE_S` seconds is closed at the next read task (those on
+    a thread of their own: a close waits for the consumer's fetch in flight).
     """
 
     KEEP_MAX = 16
@@ -144,8 +145,7 @@ class _Kept:
         if found is not None and not 0 <= task.start - found.next_offset <= self.SKIP_MAX:
             closing.append(found.consumer)
             found = None
-        for consumer in closing:
-            consumer.close()
+        _close_aside(closing)
         return found
 
     def give_back(self, config: dict[str, Any], task: OffsetRange, consumer: Consumer,
@@ -165,8 +165,19 @@ class _Kept:
             if len(self._consumers) > self.KEEP_MAX:
                 evicted = self._consumers.popitem(last=False)[1].consumer
         if evicted is not None:
-            evicted.close()
+            _close_aside([evicted])
         return True
+
+
+def _close_aside(consumers: list[Consumer]) -> None:
+    """Close consumers no read task uses any more, off the task's path.
+
+    A close waits for the consumer's fetch in flight: at a partition's tail that is a long
+    poll of up to ``fetch.wait.max.ms``.
+    """
+    if consumers:
+        threading.Thread(target=lambda: [c.close() for c in consumers], daemon=True,
+                         name="kstorm-close-read-consumers").start()
 
 
 _KEPT = _Kept()
