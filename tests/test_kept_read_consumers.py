@@ -2,7 +2,7 @@
 
 Which consumer reads a range must never change its rows: a kept consumer that is behind
 drops what precedes the range, one that is ahead (or too far behind) is not used, and one
-is kept only while more than another range's worth of records waits beyond the range.
+is kept only when the planner capped the batch (``keep``: the stream is catching up).
 """
 
 from __future__ import annotations
@@ -77,10 +77,6 @@ class FakeConsumer:
     def position(self, parts: list) -> list:
         return [type("TP", (), {"offset": self.at})()]
 
-    def get_watermark_offsets(self, tp: object, cached: bool = False) -> tuple[int, int]:
-        assert cached, "a kept consumer asks its cached high watermark, not the broker"
-        return self.partition.low, self.partition.offsets[-1] + 1
-
     def close(self) -> None:
         self.closed = True
 
@@ -101,8 +97,8 @@ def use(monkeypatch, partition: Partition) -> Partition:
 SPOUT = KafkaSpout("t", bootstrap_servers="b:9092", value_serde=StringSerde(), read_timeout=1)
 
 
-def read(start: int, end: int) -> list[int]:
-    return [o for batch in fetch.read_range(SPOUT, OffsetRange("t", 0, start, end))
+def read(start: int, end: int, keep: bool = True) -> list[int]:
+    return [o for batch in fetch.read_range(SPOUT, OffsetRange("t", 0, start, end), keep=keep)
             for o in batch.column("offset").to_pylist()]
 
 
@@ -118,10 +114,10 @@ def test_catching_up_the_next_range_reads_on_the_same_consumer(monkeypatch, kept
 
 
 def test_at_the_tail_the_consumer_is_closed(monkeypatch, kept):
-    log = use(monkeypatch, Partition(list(range(14))))
+    log = use(monkeypatch, Partition(list(range(100))))
 
-    assert read(0, 10) == list(range(10))  # 4 more wait: less than another range
-    assert read(10, 14) == [10, 11, 12, 13]
+    assert read(0, 10, keep=False) == list(range(10))  # the batch was not capped
+    assert read(10, 20, keep=False) == list(range(10, 20))
 
     assert len(log.made) == 2 and all(c.closed for c in log.made)
 
@@ -167,7 +163,7 @@ def test_an_error_before_the_range_repositions_a_consumer_behind(monkeypatch, ke
 def test_an_abandoned_read_closes_its_consumer(monkeypatch, kept):
     log = use(monkeypatch, Partition(list(range(100_000))))
 
-    batches = fetch.read_range(SPOUT, OffsetRange("t", 0, 0, 30_000))
+    batches = fetch.read_range(SPOUT, OffsetRange("t", 0, 0, 30_000), keep=True)
     next(batches)
     batches.close()
 
@@ -181,11 +177,11 @@ def test_kept_consumers_are_bounded_and_closed_when_idle(monkeypatch, kept):
         FakeConsumer(partitions[len(made)])) or made[-1])
     kept.KEEP_MAX = 2
     for p in range(3):
-        list(fetch.read_range(SPOUT, OffsetRange("t", p, 0, 10)))
+        list(fetch.read_range(SPOUT, OffsetRange("t", p, 0, 10), keep=True))
 
     assert [c.closed for c in made] == [True, False, False]  # the least recently used
     kept.IDLE_S = -1.0
-    list(fetch.read_range(SPOUT, OffsetRange("t", 2, 10, 20)))
+    list(fetch.read_range(SPOUT, OffsetRange("t", 2, 10, 20), keep=True))
     assert made[1].closed and not made[2].closed
 
 

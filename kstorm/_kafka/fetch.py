@@ -52,6 +52,7 @@ def read_range(
     *,
     chunk_rows: int = CHUNK_ROWS,
     clock: Callable[[], float] = time.monotonic,
+    keep: bool = False,
 ) -> Iterator[pa.RecordBatch]:
     """Yield the records ``[task.start, task.end)`` of one partition as record batches.
 
@@ -60,6 +61,9 @@ def read_range(
     records deleted by retention, an unknown partition, or no progress for
     ``spout.read_timeout`` seconds. An opaque spout (``KafkaSpout(opaque=True)``) yields
     what is left of a range whose records were deleted or whose partition is gone.
+
+    ``keep``: more records follow the range (the stream is catching up); the consumer is
+    kept for the partition's next range (:class:`_Kept`).
     """
     if task.size <= 0:
         return
@@ -80,9 +84,9 @@ def read_range(
             yield to_record_batch(spout, task.topic, task.partition, pending)
         read.complete = True
     finally:
-        kept_again = read.complete and read.reusable and _KEPT.give_back(
-            config, task, consumer, read.next_offset)
-        if not kept_again:
+        if keep and read.complete and read.reusable:
+            _KEPT.give_back(config, task, consumer, read.next_offset)
+        else:
             consumer.close()
 
 
@@ -108,10 +112,10 @@ class _Kept:
     A fresh consumer per range pays a connection, a first fetch from the broker and a close
     (~9 ms of a 17 ms 5,000-record range on the embedded broker); one kept from the
     previous range has prefetched the next records into its queue (5,000 records in ~1 ms).
-    Kept only when at least another range's worth of records already waits beyond the range
-    (the consumer's cached high watermark): at the tail of a live stream a kept consumer's
-    long-poll fetch can delay the next range's records (window latency tripled when every
-    consumer was kept), so there the consumer is closed as before.
+    Kept only when the planner capped the batch short of the records it saw on the partition
+    (``read_range(keep=True)``: the stream is catching up): at the tail of a live stream a
+    kept consumer's long-poll fetch can delay the next range's records (window latency
+    tripled when every consumer was kept), so there the consumer is closed as before.
 
     Spark hands a batch's tasks to any idle worker, so a worker's consumer may be a range
     behind: records it delivers below the range start are dropped (``_consume`` trims), up
@@ -149,15 +153,8 @@ class _Kept:
         return found
 
     def give_back(self, config: dict[str, Any], task: OffsetRange, consumer: Consumer,
-                  next_offset: int) -> bool:
-        """Keep ``consumer`` if the stream is catching up on its partition; else False."""
-        tp = KafkaTopicPartition(task.topic, task.partition)
-        try:
-            _low, high = consumer.get_watermark_offsets(tp, cached=True)
-        except Exception:  # noqa: BLE001 - nothing cached: do not keep
-            return False
-        if high is None or high - next_offset < task.size:
-            return False
+                  next_offset: int) -> None:
+        """Keep ``consumer`` for the partition's next range."""
         evicted = None
         with self._lock:
             self._consumers[self._key(config, task)] = _KeptConsumer(
@@ -166,7 +163,6 @@ class _Kept:
                 evicted = self._consumers.popitem(last=False)[1].consumer
         if evicted is not None:
             _close_aside([evicted])
-        return True
 
 
 def _close_aside(consumers: list[Consumer]) -> None:

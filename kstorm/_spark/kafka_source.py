@@ -83,12 +83,15 @@ class KafkaInputPartition(InputPartition):
 
     Each range is an :class:`OffsetRange` of one topic-partition; ``clock`` is that
     partition's latest event timestamp before the range, recorded with the batch's offsets
-    when a windowed aggregate reads this spout (None otherwise or unknown).
+    when a windowed aggregate reads this spout (None otherwise or unknown). ``more``: the
+    partitions whose range ends before the records the planner saw (the batch was capped:
+    the stream is catching up), whose read consumer is kept for their next range.
     """
 
     def __init__(self, ranges: list[tuple[OffsetRange, int | None]],
-                 now: int | None = None) -> None:
-        super().__init__((ranges, now))
+                 now: int | None = None, more: frozenset[tuple[str, int]] = frozenset()
+                 ) -> None:
+        super().__init__((ranges, now, more))
 
 
 class KafkaRetryPartition(InputPartition):
@@ -262,9 +265,14 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         groups = (group_ranges(ranges, MIN_OFFSETS_PER_TASK)
                   if self.spout.max_offsets_per_task is None else [[r] for r in ranges])
         now, retries = read_marks(end)
+        # Which ranges stop short of what this reader saw when it planned the batch (none
+        # when a restart re-plans it): only a read consumer's speed depends on it.
+        latest = self._latest or {}
         parts: list[InputPartition] = [
             KafkaInputPartition([(r, clock_of(clocks, f"{r.topic}/{r.partition}"))
-                                 for r in group], now)
+                                 for r in group], now,
+                                frozenset((r.topic, r.partition) for r in group
+                                          if latest.get((r.topic, r.partition), -1) > r.end))
             for group in groups]
         by_partition: dict[tuple[str, int], list[tuple[int, int]]] = defaultdict(list)
         for topic, partition, offset, attempt in retries:
@@ -288,19 +296,19 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if isinstance(partition, KafkaRetryPartition):
             yield from self._read_retries(*partition.value)
             return
-        ranges, now = partition.value
-        batches = self._ranges(ranges, now)
+        ranges, now, more = partition.value
+        batches = self._ranges(ranges, now, more)
         if self.fused is not None:
             yield from pickle.loads(base64.b64decode(self.fused))(batches)
             return
         for batch in batches:
             yield batch if batch.schema.equals(self.arrow_schema) else batch.cast(self.arrow_schema)
 
-    def _ranges(self, ranges: list[tuple[OffsetRange, int | None]], now: int | None
-                ) -> Iterator[pa.RecordBatch]:
+    def _ranges(self, ranges: list[tuple[OffsetRange, int | None]], now: int | None,
+                more: frozenset[tuple[str, int]] = frozenset()) -> Iterator[pa.RecordBatch]:
         """The records of a read task's ranges, one range after the other."""
         for task, clock in ranges:
-            records = read_range(self.spout, task)
+            records = read_range(self.spout, task, keep=(task.topic, task.partition) in more)
             if self.ack_on_emit:
                 records = _acked_on_emit(self.spout, records)
             yield from self._with_clock(records, clock, now)
