@@ -64,10 +64,15 @@ def driver_consumer(where: Mapping[str, Any] | str | KafkaConnection,
                                                     role_config=tuning)
     else:
         config = as_connection(where).client_config("consumer", role_config=tuning)
-    key = tuple(sorted((k, str(v)) for k, v in config.items() if k != "logger"))
+    key = config_key(config)
     if key not in _CACHE:
         _CACHE[key] = Consumer(config)
     return _CACHE[key]
+
+
+def config_key(config: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    """A hashable key of client settings, for caches of clients (the logger left out)."""
+    return tuple(sorted((k, str(v)) for k, v in config.items() if k != "logger"))
 
 
 @atexit.register

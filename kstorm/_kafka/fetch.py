@@ -26,6 +26,7 @@ import pyarrow as pa
 from confluent_kafka import Consumer, KafkaError, Message
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
+from kstorm._kafka.client import config_key
 from kstorm._kafka.offsets import OffsetRange
 from kstorm.errors import SourceError
 from kstorm.kafka_spout import HEADERS_TYPE, KafkaSpout
@@ -136,8 +137,7 @@ class _Kept:
 
     @staticmethod
     def _key(config: dict[str, Any], task: OffsetRange) -> tuple[Any, ...]:
-        settings = tuple(sorted((k, str(v)) for k, v in config.items() if k != "logger"))
-        return (settings, task.topic, task.partition)
+        return (config_key(config), task.topic, task.partition)
 
     def take(self, config: dict[str, Any], task: OffsetRange) -> _KeptConsumer | None:
         """The kept consumer that can read ``task`` from where it is, else None."""
