@@ -16,11 +16,17 @@ from the repository root; ``--sentences N`` (default 400,000: 8 batches), ``--si
    batches, time to first commit, wall time, peak
    RSS of the whole process tree (driver, JVM, Python workers, broker), and CPU seconds per
    process kind (from ``/proc``).
+   The baseline, measured in the same run before and after kstorm's: a hand-written Python
+   word count over the same topic (one confluent-kafka consumer, ``json.loads``, split, a
+   ``Counter``: ``bench/raw.py``), its counts checked too; kstorm's steady words/s is given as
+   a ratio to the faster of its two runs.
 5. With py-spy on PATH (and no ``--no-profile``): run the topology again over a topic of
    its own (``--profile-sentences``, default one batch of 50,000) under ``py-spy record
    --subprocesses --format raw``, and bucket the Python samples by what the code does.
 
-Figures go to ``bench/results/topology.md``.
+Figures go to ``bench/results/topology.md``, the chart (words/s per batch against the
+baseline and the target; needs matplotlib, the ``bench`` extra) to
+``bench/results/topology.png``.
 """
 
 from __future__ import annotations
@@ -52,6 +58,7 @@ os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(
      *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]))
 
 RESULTS = REPO / "bench" / "results" / "topology.md"
+CHART = RESULTS.with_suffix(".png")
 PARTITIONS = 4
 BATCH_CAP = 50_000
 TARGET_WORDS_S = 150_000  # issue 14, target 6: steady, exactly once
@@ -389,6 +396,8 @@ def main(argv: list[str] | None = None) -> None:
             words = word_counts(records)
             print(f"produced {len(records):,} sentences ({sum(words.values()):,} words) in "
                   f"{produce_s:.2f} s")
+            ends = {p: len(range(p, len(records), PARTITIONS)) for p in range(PARTITIONS)}
+            raws = [raw_word_count(bootstrap, ends, words)]
             t0 = time.monotonic()
             spark = get_session(TopologyConfig.from_conf({}))
             session_s = time.monotonic() - t0
@@ -397,7 +406,9 @@ def main(argv: list[str] | None = None) -> None:
                 run = run_once("bench-wordcount", bootstrap, "bench-sentences", work / "cp1",
                                redis_url=redis_url)
                 check_counts(run["sink"], words)
+                raws.append(raw_word_count(bootstrap, ends, words))
                 report = figures(run, len(records), sum(words.values()))
+                report["raw_words_s"] = [raw.rate for raw in raws]
                 report["load"] = (load_before, os.getloadavg()[0])
                 report["sink"] = args.sink
                 print_figures(report, session_s, master)
@@ -421,6 +432,73 @@ def main(argv: list[str] | None = None) -> None:
     write_results(report, profile, session_s, master, produce_s, command,
                   time.monotonic() - began)
     print(f"wrote {RESULTS.relative_to(REPO)}")
+    if chart(report, CHART):
+        print(f"wrote {CHART.relative_to(REPO)}")
+
+
+def raw_word_count(bootstrap: str, ends: dict[int, int], words: Counter[str]) -> Any:
+    """The baseline: a hand-written Python word count over the topic; counts checked."""
+    from bench.raw import consume_and_count_words
+
+    raw = consume_and_count_words(bootstrap, "bench-sentences", ends)
+    if raw.counts != words:
+        wrong = sum(1 for w in words.keys() | raw.counts.keys() if raw.counts[w] != words[w])
+        raise SystemExit(f"the raw word count is wrong for {wrong:,} words")
+    print(f"raw Python word count (confluent-kafka + json.loads + split + Counter): "
+          f"{raw.rate:,.0f} words/s ({raw.sentences / raw.seconds:,.0f} sentences/s)")
+    return raw
+
+
+def batch_rates(r: dict[str, Any]) -> list[float]:
+    """Words/s of each batch: its words over Spark's whole trigger time for it.
+
+    Example:
+        >>> batch_rates({"words_per_sentence": 8.0,
+        ...              "spark_batches": [(1000, {"triggerExecution": 500})]})
+        [16000.0]
+    """
+    return [rows * r["words_per_sentence"] / (ms["triggerExecution"] / 1000)
+            for rows, ms in r["spark_batches"] if ms.get("triggerExecution")]
+
+
+def ratio(r: dict[str, Any]) -> float | None:
+    """kstorm's steady words/s over the faster baseline run of the same benchmark run."""
+    best = max(r.get("raw_words_s") or [0.0])
+    return steady_words(r) / best if best > 0 and r["steady_sentences_s"] else None
+
+
+def chart(r: dict[str, Any], path: Path) -> bool:
+    """Words/s per batch, kstorm's steady rate, the baseline's runs and the target as lines
+    (needs matplotlib); False when it cannot be drawn."""
+    try:
+        import matplotlib
+    except ImportError:
+        print(f"no chart ({path.name}): pip install -e '.[bench]' for matplotlib")
+        return False
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rates = batch_rates(r)
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.bar(range(len(rates)), rates, color="tab:blue", alpha=0.6,
+           label="kstorm, each batch (trigger time)")
+    if r["steady_sentences_s"]:
+        ax.axhline(steady_words(r), color="tab:blue", linewidth=1.5,
+                   label="kstorm steady (first to last commit)")
+    for i, raw in enumerate(r.get("raw_words_s") or []):
+        ax.axhline(raw, color="grey", linestyle="--" if i == 0 else ":", linewidth=1,
+                   label=f"raw Python word count (run {i + 1})")
+    ax.axhline(TARGET_WORDS_S, color="tab:red", linewidth=1, label="target (issue 14)")
+    ax.set_xticks(range(len(rates)))
+    ax.set_xlabel(f"batch ({BATCH_CAP:,} sentences each)")
+    ax.set_ylabel("words/s")
+    ax.set_ylim(bottom=0)
+    ax.set_title("Word count (split, stateful count, Redis, exactly once)")
+    ax.legend(fontsize=7, loc="center right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return True
 
 
 def word_counts(records: list[str]) -> Counter[str]:
@@ -470,6 +548,9 @@ def print_figures(r: dict[str, Any], session_s: float, master: str) -> None:
     if r["steady_sentences_s"]:
         print(f"steady state (first to last commit): {r['steady_sentences_s']:,.0f} "
               f"sentences/s, {steady_words(r):,.0f} words/s (target >= {TARGET_WORDS_S:,})")
+    if ratio(r) is not None:
+        print(f"ratio to the raw Python word count of the same run: {ratio(r):.2f}x "
+              f"(raw runs: {', '.join(f'{x:,.0f}' for x in r['raw_words_s'])} words/s)")
     print(f"peak RSS (process tree): {r['peak_rss'] / 2**20:.2f} GiB; by kind "
           + ", ".join(f"{k} {v / 1024:.0f} MiB" for k, v in r["peak_by_kind"].items()))
     print("CPU seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in r["cpu"].items()))
@@ -508,6 +589,12 @@ def write_results(r: dict[str, Any], profile: dict[str, Any] | None, session_s: 
         f"| sentences/s (first to last commit) | {steady} |",
         f"| **words/s (first to last commit; issue 14's target: >= {TARGET_WORDS_S:,})** | "
         f"**{steady_words(r):,.0f}** |",
+        "| baseline: a hand-written Python word count over the same topic (confluent-kafka, "
+        "`json.loads`, split, `Counter`; one process, no state, no sink), before / after "
+        "kstorm's run | " + " / ".join(f"{x:,.0f}" for x in r.get("raw_words_s") or [])
+        + " words/s |",
+        "| **ratio kstorm steady / the faster baseline run** | **"
+        + (f"{ratio(r):.2f}x" if ratio(r) is not None else "n/a") + "** |",
         f"| sentences per CPU-second (all processes; less sensitive to load) | "
         f"{r['sentences'] / cpu_total:,.0f} |",
         f"| peak RSS, whole process tree | {r['peak_rss'] / 2**20:.2f} GiB |",
@@ -521,6 +608,7 @@ def write_results(r: dict[str, Any], profile: dict[str, Any] | None, session_s: 
         + ".", "",
         "Spark's timings per batch (`StreamingQueryProgress.durationMs`):", "",
         *batch_table(r), "",
+        f"![words/s per batch]({CHART.name})", "",
         f"Machine: {machine()}; load average (1 min) before the run "
         f"{r['load'][0]:.1f}, after it {r['load'][1]:.1f}",
         f"Run took {total_s:.0f} s in all, {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC. "
