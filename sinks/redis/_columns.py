@@ -14,6 +14,13 @@ string fields (``value={"count": "n", ...}``, JSON codec); Lua merges; keys uniq
 batch (the row path folds duplicates); no nulls; no character JSON escapes (``"``, ``\``,
 control characters) in keys, fields or string values.
 
+Tuples (a bolt's output) come as rows, often many per key (a running count per word):
+:func:`fold_rows` folds them per key in Arrow first when the merge's fold ignores order
+(``add``/``count``: a sum, ``max``, ``min``) and the values are integers, so the row path
+then renders and checks one row per key instead of one per tuple. Its result is the row
+path's: rows of different groups that render the same key are folded again there, which an
+order-free fold allows.
+
 Example:
     >>> import pyarrow as pa
     >>> t = pa.table({"w": ["a", "b"], "n": [2, 3]})
@@ -24,13 +31,15 @@ Example:
 from __future__ import annotations
 
 import string
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from operator import itemgetter
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ._keys import RESERVED_PREFIX
+from ._keys import RESERVED_PREFIX, KeyTemplate
+from .merge import LuaMerge, Merge
 
 _ESCAPED = r'[\x00-\x1f"\\]'  # what json.dumps escapes with ensure_ascii=False
 _QUOTE = '\\"'  # a quote inside a JSON string of the chunk
@@ -155,4 +164,79 @@ def _any(mask: Any) -> bool:
     return bool(pc.any(mask).as_py())
 
 
-__all__ = ["table_chunks"]
+FOLDED = "\x00folded"
+"""The field of a folded row that holds its group's folded value (no row field has a NUL)."""
+
+# A merge's Python fold -> Arrow's hash aggregate doing the same, when order does not matter.
+_ORDER_FREE = {sum: "sum", max: "max", min: "min"}
+
+
+def folded_value(row: Mapping[str, Any]) -> Any:
+    """The value a row of :func:`fold_rows` stands for (the sink's value function for it)."""
+    return row[FOLDED]
+
+
+def fold_rows(names: Sequence[str], values: Sequence[Sequence[Any]], *, key: Any, field: Any,
+              value: Any, merge: Merge) -> list[dict[str, Any]] | None:
+    """Rows standing for ``values`` (rows of fields ``names``), one per key, or None.
+
+    Each returned row holds the fields the key and field templates name, and under
+    :data:`FOLDED` the merge's fold of its group's values (``value`` a field name, or None:
+    one per row). None, and the caller takes the row path (which also raises its errors),
+    unless: the merge is numeric with an order-free fold, ``key`` (and ``field``) are
+    templates of plain ``{name}`` or ``{name:spec}`` fields, those columns hold strings or
+    integers, the value column integers, nothing is null, and a sum cannot overflow 64 bits.
+
+    Example:
+        >>> from sinks.redis.merge import BUILTIN_MERGES
+        >>> rows = fold_rows(["w", "n"], [("a", 1), ("b", 5), ("a", 2)], key="c:{w}",
+        ...                  field=None, value="n", merge=BUILTIN_MERGES["add"])
+        >>> [(row["w"], folded_value(row)) for row in rows]
+        [('a', 3), ('b', 5)]
+    """
+    fold = _ORDER_FREE.get(merge.combine) if isinstance(merge, LuaMerge) else None
+    if fold is None or not merge.numeric or not values:
+        return None
+    groups: list[str] = []
+    for template in (key, field):
+        if template is None:
+            continue
+        if not isinstance(template, str):
+            return None
+        try:
+            groups += [n for n in KeyTemplate(template).fields if n not in groups]
+        except Exception:  # noqa: BLE001 - the row path reports a bad template
+            return None
+    if not groups or (value is not None and not isinstance(value, str)):
+        return None
+    wanted = [*groups, *([value] if value is not None and value not in groups else [])]
+    if any(name not in names for name in wanted):
+        return None  # the row path names the missing field
+    try:
+        columns = {name: pa.array(list(map(itemgetter(names.index(name)), values)))
+                   for name in wanted}
+    except (pa.ArrowException, TypeError, ValueError, OverflowError):
+        return None  # mixed or unsupported types
+    for name in groups:
+        kind = columns[name].type
+        if columns[name].null_count or not (pa.types.is_string(kind) or
+                                            pa.types.is_integer(kind)):
+            return None
+    if value is None:
+        amounts = pa.array([1] * len(values), pa.int64())
+    else:
+        amounts = columns[value]
+        if amounts.null_count or not pa.types.is_integer(amounts.type):
+            return None  # (floats: a sum's rounding depends on its order; 1 and 1.0 mixed)
+        if fold == "sum":
+            low, high = pc.min_max(amounts).values()
+            if max(abs(low.as_py()), abs(high.as_py())) * len(values) >= 2**63:
+                return None
+    table = pa.table({**{name: columns[name] for name in groups}, FOLDED: amounts})
+    out = table.group_by(groups, use_threads=False).aggregate([(FOLDED, fold)])
+    out = out.rename_columns([FOLDED if c == f"{FOLDED}_{fold}" else c
+                              for c in out.column_names])
+    return out.select([*groups, FOLDED]).to_pylist()
+
+
+__all__ = ["FOLDED", "fold_rows", "folded_value", "table_chunks"]

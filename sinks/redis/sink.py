@@ -25,7 +25,7 @@ from kstorm.sink import BaseSink, CommitRecord, SinkBatch, SinkContext
 
 from ._batch import Entry, Row, build_entries, flatten, key_function, value_function
 from ._codec import VALUE_CODECS, ValueCodec
-from ._columns import table_chunks
+from ._columns import fold_rows, folded_value, table_chunks
 from ._keys import STATE_PREFIX, Namespace, check_name, offset_fields, parse_record
 from ._lua import commit_script
 from ._optimistic import commit_optimistic
@@ -186,9 +186,20 @@ class RedisSink(BaseSink):
                        "nothing is written over the gap; restart the topology to resume from "
                        "the sink's record")
                 raise SinkError(msg)
+        # (a subclass that overrides commit_batch gets its rows through it)
+        own = type(self).commit_batch is RedisSink.commit_batch
+        if own and batch.tuples and not isinstance(self.merge, PythonMerge):
+            # tuples, often many per key (a running count per word): folded per key first
+            first = batch.tuples[0].fields
+            names = first.names
+            if all(t.fields is first or t.fields.names == names for t in batch.tuples):
+                folded = fold_rows(names, [t.values for t in batch.tuples], key=self.key,
+                                   field=self.field, value=self.value, merge=self.merge)
+                if folded is not None:
+                    self._apply(batch.txid, batch.offsets, batch.state, batch.states,
+                                rows=folded, value_of=folded_value)
+                    return
         if batch.table is not None and not batch.tuples:  # closed windows, as columns
-            # (a subclass that overrides commit_batch gets its rows through it)
-            own = type(self).commit_batch is RedisSink.commit_batch
             chunks = None if isinstance(self.merge, PythonMerge) or not own else table_chunks(
                 batch.table, key=self.key, field=self.field, value=self.value,
                 codec=self.value_codec, size=self.max_entries_per_call,
@@ -262,9 +273,13 @@ class RedisSink(BaseSink):
 
     def _apply(self, txid: int, offsets: Mapping[str, Mapping[int, int]],
                state: Mapping[str, bytes] | None, states: StateCommit | None, *,
-               rows: Iterable[Mapping[str, Any]] = (), chunks: list[str] | None = None
-               ) -> CommitResult:
-        """:meth:`commit_batch`'s steps; ``chunks`` (a Lua merge only): step 2 done already."""
+               rows: Iterable[Mapping[str, Any]] = (), chunks: list[str] | None = None,
+               value_of: Callable[[Row], Any] | None = None) -> CommitResult:
+        """:meth:`commit_batch`'s steps.
+
+        ``chunks`` (a Lua merge only): step 2 done already; ``value_of``: a row's value, when
+        not the sink's (rows folded already, ``fold_rows``).
+        """
         # Step 1
         _require(type(txid) is int and 0 <= txid < _MAX_TXID, "txid", "an int in 0..2**53",
                  txid, error=SinkError)
@@ -279,7 +294,7 @@ class RedisSink(BaseSink):
         entries: list[Entry] = []
         if chunks is None:
             entries = build_entries(rows, key=self._key_of, field=self._field_of,
-                                    value=self._value_of, merge=self.merge)
+                                    value=value_of or self._value_of, merge=self.merge)
         client = self._redis()
         try:
             if isinstance(self.merge, PythonMerge):
