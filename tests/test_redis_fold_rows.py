@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kstorm.errors import SinkError
 from kstorm.sink import SinkBatch
 from kstorm.tuple import Fields, Tuple
 from sinks.redis import RedisConfig, RedisSink
@@ -76,6 +77,7 @@ def test_a_running_count_per_word_becomes_one_row_per_word() -> None:
     ([("a", 0, True), ("a", 0, False)], "add", {"key": "{word}", "value": "n"}),  # bools
     ([("a", 0, None), ("a", 0, 2)], "add", {"key": "{word}", "value": "n"}),  # a null value
     ([(None, 0, 1), ("a", 0, 2)], "add", {"key": "{word}", "value": "n"}),  # a null key field
+    ([("", 0, 1), ("a", 0, 2)], "add", {"key": "{word}", "value": "n"}),  # maybe an empty key
     ([("a", 0, "1"), ("a", 0, 2)], "add", {"key": "{word}", "value": "n"}),  # text numbers
     ([("a", 0, 1), (b"a", 0, 2)], "add", {"key": "{word}", "value": "n"}),  # mixed types
     ([("a", 0.5, 1), ("a", 1.5, 2)], "add", {"key": "{start}", "value": "n"}),  # float keys
@@ -108,6 +110,13 @@ class RecordingSink(RedisSink):
 def tuples(values: list[tuple[Any, ...]], fields: Fields) -> SinkBatch:
     return SinkBatch(txid=0, batch_id=0,
                      tuples=[Tuple(list(v), fields, "count") for v in values])
+
+
+def test_an_empty_key_is_refused_naming_the_row_as_it_came() -> None:
+    # (the error comes before anything is sent to Redis)
+    sink = RedisSink(RedisConfig(), key="{word}", value="n", merge="add").bind("t")
+    with pytest.raises(SinkError, match=r"got '' for row \{'word': '', 'n': 2\}"):
+        sink.commit(tuples([("a", 1), ("", 2)], Fields("word", "n")))
 
 
 def test_the_sink_folds_its_tuples_and_else_hands_on_every_row() -> None:

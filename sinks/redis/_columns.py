@@ -185,7 +185,8 @@ def fold_rows(names: Sequence[str], values: Sequence[Sequence[Any]], *, key: Any
     one per row). None, and the caller takes the row path (which also raises its errors),
     unless: the merge is numeric with an order-free fold, ``key`` (and ``field``) are
     templates of plain ``{name}`` or ``{name:spec}`` fields, those columns hold strings or
-    integers, the value column integers, nothing is null, and a sum cannot overflow 64 bits.
+    integers (no empty strings), the value column integers, nothing is null, and a sum
+    cannot overflow 64 bits.
 
     Example:
         >>> from sinks.redis.merge import BUILTIN_MERGES
@@ -222,6 +223,8 @@ def fold_rows(names: Sequence[str], values: Sequence[Sequence[Any]], *, key: Any
         if columns[name].null_count or not (pa.types.is_string(kind) or
                                             pa.types.is_integer(kind)):
             return None
+        if pa.types.is_string(kind) and _any(pc.equal(pc.binary_length(columns[name]), 0)):
+            return None  # maybe an empty key: the row path's error names the row as it came
     if value is None:
         amounts = pa.array([1] * len(values), pa.int64())
     else:
