@@ -139,3 +139,81 @@ def test_each_tuple_of_a_row_keeps_its_anchor_bookkeeping():
                  pickle.dumps(metas, protocol=5))
     got = [(task, t.values, t._ids) for task, t in envelope_tuples(to_arrow([row]), topo)]
     assert got == [(2, ["a", 1], b"ids-1"), (2, ["b", 1], None), (2, ["c", 1], b"ids-3")]
+
+
+class Emit(BaseRichBolt):
+    """Emits the values its input tuple carries (a list of rows to emit)."""
+
+    def prepare(self, conf, context, collector):
+        self.collector = collector
+
+    def declare_output_fields(self, d):
+        d.declare(Fields("word", "extra"))
+
+    def execute(self, t):
+        for values in t.get_value(0):
+            self.collector.emit(values, anchors=t)
+
+
+def _by_task(rows):
+    got = {}
+    for r in rows:
+        if isinstance(r, Packed) and r.dest == "count":
+            values = unpack_values(r.values)
+            metas = [None] * len(values) if r.meta is None else pickle.loads(r.meta)
+            assert len(metas) == len(values)
+            got.setdefault(r.task, []).extend(zip(map(tuple, map(tuple, values)), metas,
+                                                  strict=True))
+    return got
+
+
+grouping_values = st.one_of(st.text(max_size=3), st.integers(-2, 2), st.booleans(),
+                            st.floats(-1, 1), st.none())
+
+
+@given(st.lists(st.lists(st.tuples(grouping_values, st.integers()), max_size=6), max_size=8),
+       st.integers(1, 7))
+def test_the_plain_emit_path_routes_every_tuple_as_stable_hash_says(batches, row_limit):
+    # the hot path (untracked emits to other stages) remembers a task per string value and
+    # keeps each packed row's entry list between drains: same rows as hashing each tuple
+    import kstorm._runtime.executor as executor
+
+    topo = topology(Emit())
+    plan = compile_plan(topo)
+    ex = StageExecutor(topo, plan, plan.stage_of["split"], topology_name="t", conf={},
+                       batch_id=1, partition=0)
+    old, executor.ROW_TUPLES = executor.ROW_TUPLES, row_limit  # drains between emits
+    try:
+        tuples = [(0, Tuple([[list(v) for v in values]], Fields("sentence"), "lines"))
+                  for values in batches]
+        rows = list(ex.process_rows(tuples)) + list(ex.finish_rows())
+    finally:
+        executor.ROW_TUPLES = old
+    expected = {}
+    for values in batches:
+        for v in values:
+            expected.setdefault(stable_hash([v[0]]) % 3, []).append(((v[0], v[1]), None))
+    assert _by_task(rows) == expected
+
+
+def test_an_emit_with_anchor_bookkeeping_keeps_the_row_s_metas_in_line():
+    # untracked emits take the plain path, an emit anchored to a tuple that carries
+    # bookkeeping takes the other one: both append to the same packed row
+    topo = topology(Emit())
+    plan = compile_plan(topo)
+    ex = StageExecutor(topo, plan, plan.stage_of["split"], topology_name="t", conf={},
+                       batch_id=1, partition=0)
+    inputs = []
+    for i, ids in enumerate([None, b"m1", None, b"m2", None]):
+        t = Tuple([[["w", i], ["w", 10 + i]]], Fields("sentence"), "lines")
+        t._ids = ids
+        inputs.append((0, t))
+    rows = list(ex.process_rows(inputs)) + list(ex.finish_rows())
+    got = _by_task(rows)
+    assert list(got) == [stable_hash(["w"]) % 3]
+    metas = [None if ids is None else pickle.dumps([ids], protocol=5)
+             for ids in [None, b"m1", None, b"m2", None] for _ in range(2)]
+    assert [m for _, m in next(iter(got.values()))] == metas
+    assert [v for v, _ in next(iter(got.values()))] == [
+        ("w", n) for i in range(5) for n in (i, 10 + i)]
+

@@ -69,6 +69,7 @@ ROW_BYTES = 8 << 20      # ... or this many bytes of values pickled at emit
 # (with the rest of its row); other values are pickled at once, as a bolt may reuse them.
 _IMMUTABLE = frozenset({str, int, float, bool, bytes, type(None)})
 _NO_PLANS: dict[str, Any] = {}
+_TASK_MEMO = 1 << 16  # string grouping values whose task a route remembers per batch
 _window_log = logging.getLogger("kstorm.windowing")
 
 
@@ -91,11 +92,20 @@ class _Route(NamedTuple):
     spread: bool = False  # a shuffle-like grouping: round robin over the consumer's tasks
 
 
+class _FastRoute(NamedTuple):
+    """A route of the plain emit path (:meth:`StageExecutor._emit_plain`)."""
+
+    route: _Route
+    tasks: dict[str, int]        # grouping value (str) -> task, for a one-field grouping
+    slots: dict[int, list[Any]]  # task -> the entries of its packed row (until the drain)
+
+
 class _EmitPlan(NamedTuple):
     fields: Fields
     routes: list[_Route]
     counter: str          # "<component>.emitted"
     n_fields: int
+    plain: list[_FastRoute] | None  # the routes, when every emit may take the plain path
 
 
 @dataclass
@@ -157,6 +167,7 @@ class StageExecutor:
         self._plans: dict[str, dict[str, _EmitPlan]] = {}  # component -> stream -> plan
         self._spread: dict[str, int] = {}  # consumer -> tuples sent round robin
         self._order: list[tuple[str, int, str, str]] | None = None  # per-tuple view: emits
+        self._slots: list[dict[int, list[Any]]] = []  # the plain routes' slots (_emit_plain)
         # a defaultdict: Counter's item access is ~2x slower, three times per tuple
         self.counters: defaultdict[str, int] = defaultdict(int)
         members = self.stage.bolts or [self.stage.head]
@@ -210,8 +221,13 @@ class StageExecutor:
                                 f"it declares {sorted(spec.streams)}"
             )
             raise TopologyError(msg)
-        found = _EmitPlan(fields, self._routes[component].get(stream, []),
-                          f"{component}.emitted", len(fields))
+        routes = self._routes[component].get(stream, [])
+        plain = None
+        if (not self._capture and self._acking is None and self._order is None
+                and not any(r.fused for r in routes)):
+            plain = [_FastRoute(r, {}, {}) for r in routes]
+            self._slots.extend(f.slots for f in plain)
+        found = _EmitPlan(fields, routes, f"{component}.emitted", len(fields), plain)
         self._plans.setdefault(component, {})[stream] = found
         return found
 
@@ -225,6 +241,7 @@ class StageExecutor:
         entries = group[0]
         if meta is not None and group[1] is None:
             group[1] = [None] * len(entries)
+            self._forget_slots()  # the plain path appends no meta to this group any more
         entries.append(entry)
         if group[1] is not None:
             group[1].append(meta)
@@ -234,10 +251,22 @@ class StageExecutor:
         if type(entry) is bytes:
             self._queued_bytes += len(entry)
 
+    def _forget_slots(self) -> None:
+        for slots in self._slots:
+            slots.clear()
+
     def _emit(self, component: str, task: int, stream: str, values: list[Any],
               anchors: Sequence[Tuple]) -> None:
         plan = self._plans.get(component, _NO_PLANS).get(stream)
-        fields, routes, counter, n_fields = plan or self._emit_plan(component, stream)
+        fields, routes, counter, n_fields, plain = plan or self._emit_plan(component, stream)
+        if plain is not None and len(values) == n_fields:
+            for a in anchors:
+                if a._ids is not None:
+                    break
+            else:  # untracked, to other stages and sinks: the per-tuple hot path
+                self.counters[counter] += 1
+                self._emit_plain(component, task, stream, values, plain)
+                return
         if len(values) != n_fields:
             msg = (
                 f"bolt {component!r} emitted {len(values)} values on stream "
@@ -277,6 +306,44 @@ class StageExecutor:
             else:
                 for t in self._targets(route, values, task):
                     self._add(route.consumer, t, component, stream, entry, meta)
+
+    def _emit_plain(self, component: str, task: int, stream: str, values: list[Any],
+                    plain: list[_FastRoute]) -> None:
+        """``_emit`` of an untracked tuple to other stages and sinks: the per-tuple hot path.
+
+        What ``_add`` does, with the packed row's entry list of each ``(route, task)`` kept
+        until the next drain, and a one-field grouping's task remembered per string value.
+        """
+        entry: list[Any] | bytes = values
+        for v in values:
+            if type(v) not in _IMMUTABLE:
+                entry = dumps(values)
+                break
+        for fast in plain:
+            route = fast.route
+            if route.one < 0:
+                for t in self._targets(route, values, task):
+                    self._add(route.consumer, t, component, stream, entry, None)
+                continue
+            v = values[route.one]
+            t = fast.tasks.get(v) if type(v) is str else None
+            if t is None:
+                t = stable_hash_one(v) % route.parallelism
+                if type(v) is str and len(fast.tasks) < _TASK_MEMO:
+                    fast.tasks[v] = t
+            entries = fast.slots.get(t)
+            if entries is None:
+                group = self._groups.get((route.consumer, t, component, stream))
+                if group is not None and group[1] is not None:  # it carries metas
+                    self._add(route.consumer, t, component, stream, entry, None)
+                    continue
+                if group is None:
+                    group = self._groups[(route.consumer, t, component, stream)] = [[], None]
+                entries = fast.slots[t] = group[0]
+            entries.append(entry)
+            self._queued += 1
+            if type(entry) is bytes:
+                self._queued_bytes += len(entry)
 
     def _targets(self, route: _Route, values: list[Any], partition: int) -> list[int]:
         """The consumer's tasks for one tuple (``partition``: where a shuffle keeps it)."""
@@ -548,12 +615,14 @@ class StageExecutor:
         """
         if self._order is None:
             self._order = []
+            self._plans = {}  # plans made before take the path that records the order
         return self._in_emit_order(self.process_rows(tuples))
 
     def finish(self) -> Iterator[Outgoing]:
         """:meth:`finish_rows`, one :class:`Outgoing` per tuple, in emit order."""
         if self._order is None:
             self._order = []
+            self._plans = {}  # plans made before take the path that records the order
         return self._in_emit_order(self.finish_rows())
 
     def _in_emit_order(self, rows: Iterable[Outgoing | Packed]) -> Iterator[Outgoing]:
@@ -654,6 +723,7 @@ class StageExecutor:
             for (dest, task, src, stream), (entries, metas) in self._groups.items()]
         out.extend(self._out)
         self._out, self._groups, self._queued, self._queued_bytes = [], {}, 0, 0
+        self._forget_slots()
         return iter(out)
 
 

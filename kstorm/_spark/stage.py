@@ -518,7 +518,9 @@ class MapStateKeyValue:
         return None
 
     def get(self, key: Any, default: Any = None) -> Any:
-        value = self._value(key)
+        value = self._cache.get(key, self._MISSING)  # _value, inline: once per tuple
+        if value is self._MISSING:
+            value = self._cache[key] = self._stored(encode_key(key))
         return default if value is self._ABSENT else value
 
     def put(self, key: Any, value: Any) -> None:
