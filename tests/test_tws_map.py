@@ -63,12 +63,33 @@ def test_a_jvm_row_reads_as_its_value_and_pyspark_agrees() -> None:
     assert type(row_value(jvm_row(bytearray(b"ba")))) is bytes  # usable as a dict key
 
 
+class SocketFile:
+    """A buffered socket file: the state server sees what was flushed, nothing more."""
+
+    def __init__(self) -> None:
+        self.sent = io.BytesIO()
+        self.buffer = bytearray()
+        self.flushes = 0
+
+    def write(self, data: bytes) -> int:
+        self.buffer += data
+        return len(data)
+
+    def flush(self) -> None:
+        self.sent.write(self.buffer)
+        self.buffer.clear()
+        self.flushes += 1
+
+    def getvalue(self) -> bytes:
+        return self.sent.getvalue()
+
+
 class FakeStateServer:
     """pyspark's state-server client as BinaryMap uses it: a socket file and answers."""
 
     def __init__(self, store: dict[bytes, bytes], *, refuse: bytes | None = None,
                  chunk: int = 3) -> None:
-        self.sockfile = io.BytesIO()
+        self.sockfile = SocketFile()
         self.store, self.refuse, self.chunk = store, refuse, chunk
         self.read = 0                # bytes of sockfile handled
         self.outstanding_max = 0     # requests sent and not yet answered, at most
@@ -110,6 +131,7 @@ class FakeStateServer:
 
     def _receive_proto_message(self) -> Any:
         self._requests()
+        assert self.answers, "waiting for an answer to a request that was never flushed"
         return self.answers.pop(0)
 
     def _receive_proto_message_with_map_pairs(self) -> Any:
@@ -145,6 +167,7 @@ def test_updates_are_pipelined_in_windows_and_all_answers_are_read() -> None:
     assert server.store == dict(entries)
     assert server.outstanding_max == PIPELINE  # never more in flight than a window
     assert server.answers == []  # every answer read: the next request starts clean
+    assert server.sockfile.flushes == 3  # one write per window, not one per request
     assert m.get(b"k0") == b"v0"
 
 

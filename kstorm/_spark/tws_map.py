@@ -102,7 +102,7 @@ class BinaryMap:
         self._send(**call)
         return self._client._receive_proto_message()
 
-    def _send(self, **call: Any) -> None:
+    def _send(self, *, flush: bool = True, **call: Any) -> None:
         pb = self._pb
         message = pb.StateRequest(stateVariableRequest=pb.StateVariableRequest(
             mapStateCall=pb.MapStateCall(stateName=self._name, **call)))
@@ -111,7 +111,8 @@ class BinaryMap:
         self._write_int(0, out)  # the message version
         self._write_int(len(data), out)
         out.write(data)
-        out.flush()
+        if flush:
+            out.flush()
 
     def _row(self, field: bytes) -> bytes:
         """A one-field row as pyspark sends it (``StructType.toInternal``, then pickled)."""
@@ -148,13 +149,18 @@ class BinaryMap:
         for key, value in entries:
             window.append(key)
             self._send(updateValue=self._pb.UpdateValue(userKey=self._row(key),
-                                                        value=self._row(value)))
+                                                        value=self._row(value)), flush=False)
             if len(window) >= PIPELINE:
                 self._answers(window)
         self._answers(window)
 
     def _answers(self, window: list[bytes]) -> None:
-        """Read one answer per request of ``window`` (then empty it); raise on a refusal."""
+        """Read one answer per request of ``window`` (then empty it); raise on a refusal.
+
+        The window's requests are flushed first, in one write: the socket has no Nagle
+        delay (``TCP_NODELAY``), so a flush per request would be a TCP segment each.
+        """
+        self._client.sockfile.flush()
         errors = [error for status, error, _ in
                   (self._client._receive_proto_message() for _ in window) if status != 0]
         window.clear()
