@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import inspect
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
@@ -111,15 +111,64 @@ class SinkBatch:
     states: Any = None
     table: pa.Table | None = None
 
+    def __post_init__(self) -> None:
+        if isinstance(self.tuples, UnmadeTuples):  # made on first use (__getattr__)
+            object.__setattr__(self, "_unmade", self.tuples)
+            object.__delattr__(self, "tuples")
+
+    def __getattr__(self, name: str) -> Any:
+        unmade = self.__dict__.get("_unmade")
+        if name != "tuples" or unmade is None:
+            raise AttributeError(name)
+        made = unmade.make()
+        object.__setattr__(self, "tuples", made)
+        return made
+
     @property
     def size(self) -> int:
         """How many tuples the batch holds (as tuples or as table rows)."""
-        return self.table.num_rows if self.table is not None else len(self.tuples)
+        if self.table is not None:
+            return self.table.num_rows
+        if "tuples" not in self.__dict__:
+            return self.__dict__["_unmade"].size
+        return len(self.tuples)
+
+    def values_by_fields(self) -> tuple[tuple[str, ...], list[list[Any]]] | None:
+        """``(field names, each tuple's values)`` when every tuple has those fields, or None.
+
+        For a sink that reads values only: where the runtime has not made the batch's
+        :class:`Tuple` objects yet (the packed rows of the processing phase), none is made.
+        """
+        if "tuples" not in self.__dict__:
+            found = self.__dict__["_unmade"].values_by_fields()
+            if found is not None:
+                return found
+        tuples = self.tuples
+        if not tuples:
+            return None
+        first = tuples[0].fields
+        names = first.names
+        if not all(t.fields is first or t.fields.names == names for t in tuples):
+            return None
+        return tuple(names), [t.values for t in tuples]
 
     @property
     def first_of_lineage(self) -> bool:
         """Whether no earlier txid exists for this sink's record (batch 0 of a checkpoint)."""
         return self.batch_id == 0
+
+
+@dataclass(frozen=True)
+class UnmadeTuples:
+    """A sink batch's tuples before they are made (the runtime's packed rows).
+
+    ``SinkBatch(..., tuples=UnmadeTuples(...))`` makes them (``make()``) when ``tuples`` is
+    first read; ``values_by_fields()`` gives the values without making them, or None.
+    """
+
+    size: int
+    make: Callable[[], list[Tuple]]
+    values_by_fields: Callable[[], tuple[tuple[str, ...], list[list[Any]]] | None]
 
 
 class BaseSink(Component):

@@ -217,3 +217,27 @@ def test_an_emit_with_anchor_bookkeeping_keeps_the_row_s_metas_in_line():
     assert [v for v, _ in next(iter(got.values()))] == [
         ("w", n) for i in range(5) for n in (i, 10 + i)]
 
+
+def test_a_sink_gets_the_packed_rows_values_and_tuples_only_when_it_asks():
+    import pyarrow as pa
+
+    from kstorm.sink import SinkBatch
+
+    topo = topology(Split())
+    rows = [r for r in run_rows(topo, ["a bb ccc", "bb"]) if r.dest == "count"]
+    other = Packed("count", 0, "lines", "default", pack([["x y"]]), None)
+    driver = CommitPhase.__new__(CommitPhase)
+    driver.topology = topo
+    table = pa.Table.from_batches([to_arrow(rows)])
+    batch = SinkBatch(1, 1, driver._sink_tuples(table, []))
+    assert "tuples" not in batch.__dict__ and batch.size == 4
+    names, values = batch.values_by_fields()
+    assert names == ("word", "extra") and "tuples" not in batch.__dict__
+    assert sorted(values) == sorted([w, len(w)] for w in ["a", "bb", "ccc", "bb"])
+    assert [t.values for t in batch.tuples] == values  # made now, in the same order
+    assert batch.tuples[0].source_component == "split" and batch.size == 4
+    # tuples of other fields: no common names, the tuples are made
+    mixed = SinkBatch(1, 1, driver._sink_tuples(pa.Table.from_batches([
+        to_arrow(rows + [other])]), []))
+    assert mixed.values_by_fields() is None
+    assert sorted(t.source_component for t in mixed.tuples) == ["lines"] + ["split"] * 4

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kstorm.errors import SinkError
-from kstorm.sink import SinkBatch
+from kstorm.sink import SinkBatch, UnmadeTuples
 from kstorm.tuple import Fields, Tuple
 from sinks.redis import RedisConfig, RedisSink
 from sinks.redis._batch import build_entries, key_function, value_function
@@ -144,3 +144,26 @@ def test_a_subclass_overriding_commit_batch_still_gets_every_tuple_through_it() 
     sink = Wrapped(RedisConfig(), key="c:{word}", value="n", merge="add")
     sink.commit(tuples([("a", 1), ("a", 2)], Fields("word", "n")))
     assert sink.rows == [{"word": "a", "n": 1}, {"word": "a", "n": 2}]
+
+
+def unmade(values: list[tuple[Any, ...]], fields: Fields, made: list[int]) -> SinkBatch:
+    """A batch as the commit phase hands it over: its Tuples made on first use only."""
+    def make() -> list[Tuple]:
+        made.append(1)
+        return [Tuple(list(v), fields, "count") for v in values]
+
+    return SinkBatch(txid=0, batch_id=0, tuples=UnmadeTuples(
+        len(values), make, lambda: (tuple(fields.names), [list(v) for v in values])))
+
+
+def test_the_sink_folds_a_batch_s_values_without_making_its_tuples() -> None:
+    made: list[int] = []
+    sink = RecordingSink(RedisConfig(), key="c:{word}", value="n", merge="add")
+    sink.commit(unmade([("a", 1), ("b", 2), ("a", 3)], Fields("word", "n"), made))
+    assert sink.applied["values"] == [4, 2] and made == []
+    # the row path (a merge whose fold depends on the order) makes them, once
+    last = RecordingSink(RedisConfig(), key="c:{word}", value="n", merge="set")
+    batch = unmade([("a", 1), ("a", 2)], Fields("word", "n"), made)
+    last.commit(batch)
+    assert last.applied["values"] == [1, 2] and made == [1]
+    assert [t.values for t in batch.tuples] == [["a", 1], ["a", 2]] and made == [1]

@@ -99,7 +99,7 @@ from kstorm._spark.offset_log import read_batch
 from kstorm._spark.windowed_bolt import state_key
 from kstorm.config import TopologyConfig
 from kstorm.errors import KstormError, SinkError, SourceError, StateError
-from kstorm.sink import BaseSink, SinkBatch, commit_sink
+from kstorm.sink import BaseSink, SinkBatch, UnmadeTuples, commit_sink
 from kstorm.topology import StormTopology
 from kstorm.transactional.attempt import TransactionAttempt
 from kstorm.tuple import Fields, Tuple
@@ -537,8 +537,7 @@ class CommitPhase:
             table = (windows_in[0].table() if getattr(sink, "accepts_table", False)
                      and rows.num_rows == 0
                      and len(windows_in) == 1 else None)
-            tuples = [] if table is not None else self._tuples(rows) + [
-                t for closed in windows_in for t in closed.tuples()]
+            tuples = [] if table is not None else self._sink_tuples(rows, windows_in)
             batch = SinkBatch(txid, batch_id, tuples, ends, state,
                               states=carried[1] if carried and carried[0] == sink_id else None,
                               table=table)
@@ -560,21 +559,60 @@ class CommitPhase:
                   f"{type(exc).__name__}: {exc}"
             raise SinkError(msg) from exc
 
-    def _tuples(self, rows: pa.Table) -> list[Tuple]:
+    def _sink_tuples(self, rows: pa.Table, windows_in: list[_Closed]
+                     ) -> list[Tuple] | UnmadeTuples:
+        """A sink's tuples: the processing phase's, then the closed windows'.
+
+        The processing phase's are handed over unmade (:class:`UnmadeTuples`): a sink that
+        reads their values only (the Redis sink's fold) costs no :class:`Tuple` per value.
+        """
+        windowed = [t for closed in windows_in for t in closed.tuples()]
+        if windowed or rows.num_rows == 0:
+            return self._tuples(rows) + windowed
+        parts = self._parts(rows)
+
+        def values_by_fields() -> tuple[tuple[str, ...], list[list[Any]]] | None:
+            names = parts[0][0].names
+            if any(fields.names != names for fields, *_ in parts):
+                return None
+            values: list[list[Any]] = []
+            for part in parts:
+                values += part[3]
+            return tuple(names), values
+
+        return UnmadeTuples(sum(len(part[3]) for part in parts),
+                            lambda: self._made(parts), values_by_fields)
+
+    def _parts(self, rows: pa.Table) -> list[tuple[Fields, str, str, list[list[Any]],
+                                                   bytes | None]]:
+        """``(fields, source, stream, values, packed metas)`` of each packed row."""
         comps = self.topology.components
-        out = []
         with paused():  # many objects, all kept: collections would only walk the heap
-            for src, stream, vals, meta in zip(rows.column("__src").to_pylist(),
-                                               rows.column("__stream").to_pylist(),
-                                               rows.column("__vals").to_pylist(),
-                                               rows.column("__meta").to_pylist(), strict=True):
-                fields = comps[src].streams[stream]
-                values = unpack_values(vals)
+            return [(comps[src].streams[stream], src, stream, unpack_values(vals), meta)
+                    for src, stream, vals, meta in zip(rows.column("__src").to_pylist(),
+                                                       rows.column("__stream").to_pylist(),
+                                                       rows.column("__vals").to_pylist(),
+                                                       rows.column("__meta").to_pylist(),
+                                                       strict=True)]
+
+    @staticmethod
+    def _made(parts: list[tuple[Fields, str, str, list[list[Any]], bytes | None]]
+              ) -> list[Tuple]:
+        out = []
+        received = Tuple._received
+        with paused():
+            for fields, src, stream, values, meta in parts:
+                if meta is None:
+                    out += [received(v, fields, src, stream) for v in values]
+                    continue
                 for v, m in zip(values, unpack_metas(meta, len(values)), strict=True):
-                    t = Tuple._received(v, fields, src, stream)
+                    t = received(v, fields, src, stream)
                     t._ids = m
                     out.append(t)
         return out
+
+    def _tuples(self, rows: pa.Table) -> list[Tuple]:
+        return self._made(self._parts(rows))
 
     def _captured(self, batch_id: int, captured: pa.Table) -> None:
         if captured.num_rows == 0:

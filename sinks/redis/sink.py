@@ -188,17 +188,16 @@ class RedisSink(BaseSink):
                 raise SinkError(msg)
         # (a subclass that overrides commit_batch gets its rows through it)
         own = type(self).commit_batch is RedisSink.commit_batch
-        if own and batch.tuples and not isinstance(self.merge, PythonMerge):
+        if own and batch.table is None and not isinstance(self.merge, PythonMerge):
             # tuples, often many per key (a running count per word): folded per key first
-            first = batch.tuples[0].fields
-            names = first.names
-            if all(t.fields is first or t.fields.names == names for t in batch.tuples):
-                folded = fold_rows(names, [t.values for t in batch.tuples], key=self.key,
-                                   field=self.field, value=self.value, merge=self.merge)
-                if folded is not None:
-                    self._apply(batch.txid, batch.offsets, batch.state, batch.states,
-                                rows=folded, value_of=folded_value)
-                    return
+            found = batch.values_by_fields()
+            folded = None if found is None else fold_rows(
+                found[0], found[1], key=self.key, field=self.field, value=self.value,
+                merge=self.merge)
+            if folded is not None:
+                self._apply(batch.txid, batch.offsets, batch.state, batch.states,
+                            rows=folded, value_of=folded_value)
+                return
         if batch.table is not None and not batch.tuples:  # closed windows, as columns
             chunks = None if isinstance(self.merge, PythonMerge) or not own else table_chunks(
                 batch.table, key=self.key, field=self.field, value=self.value,
