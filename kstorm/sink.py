@@ -31,6 +31,10 @@ order: seed 002's committers. The contract (the README's "Writing a sink" says i
    closed windows of one built-in windowed aggregate, the runtime may hand them over as
    Arrow columns (``batch.table``, named by the output fields) with ``batch.tuples`` empty,
    instead of a Python tuple per window.
+7. **Combining at the source** (optional, :meth:`BaseSink.combine`): a sink whose commit
+   only folds its tuples per key with an order-free fold (a sum, a max) may fold each
+   task's tuples in the executor, before they travel to the driver, as Trident combines
+   partial aggregates before a ``persistentAggregate``.
 """
 
 from __future__ import annotations
@@ -42,7 +46,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 from kstorm.component import Component, OutputFieldsDeclarer
-from kstorm.tuple import Tuple
+from kstorm.tuple import Fields, Tuple
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -189,6 +193,18 @@ class BaseSink(Component):
 
     def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
         """Sinks emit nothing."""
+
+    def combine(self, fields: Fields, values: list[list[Any]]) -> list[list[Any]] | None:
+        """Fold one task's tuples for this sink before they leave the executor (optional).
+
+        Called in executors, on the sink as declared (not opened), with the values of the
+        tuples one task emitted to this sink on one stream (fields ``fields``), in emit
+        order. Return fewer rows of the same fields whose commit gives the very same
+        result as the rows given (e.g. one row per key holding the sum, for a sink that
+        adds values per key), or None to send them as they are (the default). The rows
+        given are the runtime's: return new lists for rows you change.
+        """
+        return None
 
     def open(self, context: SinkContext) -> None:
         """Called once on the driver before the first commit: create clients here."""

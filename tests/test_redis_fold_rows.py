@@ -71,7 +71,8 @@ def test_a_running_count_per_word_becomes_one_row_per_word() -> None:
     assert [(r["word"], folded_value(r)) for r in got] == [("a", 3), ("b", 2)]
 
 
-@pytest.mark.parametrize(("values", "merge", "spec"), [
+# rows and sink settings where folding could change a result (combining too)
+STEP_ASIDE = [
     ([("a", 0, 1), ("a", 0, 2)], "set", {"key": "{word}", "value": "n"}),  # order matters
     ([("a", 0, 1.5), ("a", 0, 2)], "max", {"key": "{word}", "value": "n"}),  # floats
     ([("a", 0, True), ("a", 0, False)], "add", {"key": "{word}", "value": "n"}),  # bools
@@ -91,7 +92,10 @@ def test_a_running_count_per_word_becomes_one_row_per_word() -> None:
     ([("a", 0, 1)], "add", {"key": "constant", "value": "n"}),
     ([("a", 0, 1)], "add", {"key": "{word}", "field": lambda r: "f", "value": "n"}),
     ([], "add", {"key": "{word}", "value": "n"}),
-])
+]
+
+
+@pytest.mark.parametrize(("values", "merge", "spec"), STEP_ASIDE)
 def test_where_folding_could_change_a_result_it_steps_aside(
         values: list[tuple[Any, ...]], merge: str, spec: dict[str, Any]) -> None:
     assert fold_rows(NAMES, values, key=spec["key"], field=spec.get("field"),

@@ -55,8 +55,9 @@ from kstorm.bolt import (
 )
 from kstorm.component import TopologyContext
 from kstorm.config import BoltErrorPolicy, Guarantee, TopologyConfig
-from kstorm.errors import BoltError, FailedException, TopologyError
+from kstorm.errors import BoltError, FailedException, SinkError, TopologyError
 from kstorm.grouping import GroupingKind, stable_hash, stable_hash_one, task_for
+from kstorm.sink import BaseSink
 from kstorm.state import KeyValueState
 from kstorm.topology import StormTopology
 from kstorm.transactional.bolt import BatchOutputCollector
@@ -172,6 +173,11 @@ class StageExecutor:
         self.counters: defaultdict[str, int] = defaultdict(int)
         members = self.stage.bolts or [self.stage.head]
         self._routes = {c: self._routes_of(c) for c in members}
+        # sinks that fold a task's tuples before they leave (BaseSink.combine)
+        self._combiners = {
+            r.consumer: self.topology.components[r.consumer].component
+            for streams in self._routes.values() for routes in streams.values() for r in routes
+            if r.to_driver and _combines(self.topology.components[r.consumer].component)}
         # Reliability (at-least-once): anchoring of this partition's tuples, and the acker
         # messages it sends at the end of the batch (see kstorm/acking/).
         self._acking = acking
@@ -717,14 +723,38 @@ class StageExecutor:
         yield from self._drain()
 
     def _drain(self) -> Iterator[Outgoing | Packed]:
+        combiners = self._combiners
         out: list[Outgoing | Packed] = [
-            Packed(dest, task, src, stream, pack(entries),
+            Packed(dest, task, src, stream,
+                   pack(entries if metas is not None or dest not in combiners
+                        else self._combined(dest, src, stream, entries)),
                    None if metas is None else pickle.dumps(metas, protocol=5))
             for (dest, task, src, stream), (entries, metas) in self._groups.items()]
         out.extend(self._out)
         self._out, self._groups, self._queued, self._queued_bytes = [], {}, 0, 0
         self._forget_slots()
         return iter(out)
+
+
+    def _combined(self, sink: str, src: str, stream: str, entries: list[Any]) -> list[Any]:
+        """A task's tuples for ``sink``, folded by the sink's ``combine`` if it can."""
+        if any(type(e) is bytes for e in entries):
+            return entries  # mutable values (pickled at emit): sent as they are
+        fields = self.topology.components[src].streams[stream]
+        try:
+            combined = self._combiners[sink].combine(fields, entries)
+        except Exception as exc:
+            msg = f"sink {sink!r}: combine raised {type(exc).__name__}: {exc}"
+            raise SinkError(msg) from exc
+        if combined is None:
+            return entries
+        if not isinstance(combined, list) or any(
+                not isinstance(row, list) or len(row) != len(fields) for row in combined):
+            msg = (f"sink {sink!r}: combine must return None or a list of lists of "
+                   f"{len(fields)} values (fields {fields.to_list()})")
+            raise SinkError(msg)
+        self.counters[f"{sink}.combined"] += len(entries) - len(combined)
+        return combined
 
 
 class WindowOutput:
@@ -765,6 +795,11 @@ def _windowed_collector() -> type[OutputCollector]:
     from kstorm.windowing.bolt import WindowedOutputCollector
 
     return WindowedOutputCollector
+
+
+def _combines(component: Any) -> bool:
+    """Whether ``component`` is a sink that overrides :meth:`BaseSink.combine`."""
+    return isinstance(component, BaseSink) and type(component).combine is not BaseSink.combine
 
 
 def _meta_of(anchors: Sequence[Tuple]) -> bytes | None:

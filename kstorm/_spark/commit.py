@@ -412,12 +412,15 @@ class CommitPhase:
         if progress_log.isEnabledFor(logging.INFO):
             late = sum(v for c in metrics for k, v in c.items()
                        if k.endswith(".late") and isinstance(v, int))
+            combined = sum(v for c in metrics for k, v in c.items()  # BaseSink.combine
+                           if k.endswith(".combined") and isinstance(v, int))
             marks = {w.component: snap.watermark for w, snap in done.persist
                      if snap.watermark is not None}
             progress_log.info(
-                "topology %r batch %s (txid %s): in %s; %d tuples to sinks, %d late, %d dead "
-                "letters; watermark %s; commit %.0f ms; ends %s", self.name, batch_id,
-                done.txid, self._inputs(batch_id, done.offsets), delivered, late,
+                "topology %r batch %s (txid %s): in %s; %d tuples to sinks (%d of them folded "
+                "into others by the sinks' combine), %d late, %d dead letters; watermark %s; "
+                "commit %.0f ms; ends %s", self.name, batch_id, done.txid,
+                self._inputs(batch_id, done.offsets), delivered + combined, combined, late,
                 done.dead.num_rows + (len(reliable.dead_letters) if reliable is not None
                                       else 0),
                 marks or "-", 1000 * seconds, done.offsets.summary())

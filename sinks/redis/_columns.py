@@ -242,4 +242,74 @@ def fold_rows(names: Sequence[str], values: Sequence[Sequence[Any]], *, key: Any
     return out.select([*groups, FOLDED]).to_pylist()
 
 
-__all__ = ["FOLDED", "fold_rows", "folded_value", "table_chunks"]
+_INT_LIMIT = 2**62  # a combined sum stays well inside int64 (fold_rows' overflow guard)
+
+
+def combine_values(names: Sequence[str], values: Sequence[list[Any]], *, key: Any, field: Any,
+                   value: Any, merge: Merge) -> list[list[Any]] | None:
+    """``values`` (rows of fields ``names``) with the rows of each key folded into one, or None.
+
+    A task's tuples for the sink, before they leave the executor: the first row of each key
+    stands for its key, its value field set to the fold of theirs. The commit's result is
+    the same as for the rows themselves, as the merge's fold ignores order. None (the rows
+    leave as they are) unless: the merge is numeric with an order-free fold (``add``,
+    ``max``, ``min``), ``value`` is a field, ``key`` (and ``field``) templates of fields, the
+    key fields hold non-empty strings or integers, the values integers, and a sum stays
+    under 2**62 in magnitude.
+
+    Example:
+        >>> from sinks.redis.merge import BUILTIN_MERGES
+        >>> combine_values(["w", "n"], [["a", 1], ["b", 5], ["a", 2]], key="c:{w}",
+        ...                field=None, value="n", merge=BUILTIN_MERGES["add"])
+        [['a', 3], ['b', 5]]
+    """
+    fold = _ORDER_FREE.get(merge.combine) if isinstance(merge, LuaMerge) else None
+    if (fold is None or not merge.numeric or not isinstance(value, str)
+            or value not in names or not values):
+        return None
+    groups: list[str] = []
+    for template in (key, field):
+        if template is None:
+            continue
+        if not isinstance(template, str):
+            return None
+        try:
+            groups += [n for n in KeyTemplate(template).fields if n not in groups]
+        except Exception:  # noqa: BLE001 - the sink reports a bad template
+            return None
+    if not groups or any(name not in names for name in groups) or value in groups:
+        return None
+    at = [names.index(name) for name in groups]
+    slot = names.index(value)
+    one = at[0] if len(at) == 1 else -1
+    acc: dict[Any, list[Any]] = {}  # key values -> [first row, folded value]
+    for row in values:
+        k = row[one] if one >= 0 else tuple(row[i] for i in at)
+        for part in ((k,) if one >= 0 else k):
+            kind = type(part)
+            if not ((kind is str and part) or kind is int):
+                return None  # the sink's own checks see every row as it came
+        n = row[slot]
+        if type(n) is not int:
+            return None
+        found = acc.get(k)
+        if found is None:
+            acc[k] = [row, n]
+        elif fold == "sum":
+            found[1] += n
+        elif (n > found[1]) if fold == "max" else (n < found[1]):
+            found[1] = n
+    if len(acc) == len(values):
+        return None  # nothing to fold
+    if fold == "sum" and any(abs(n) >= _INT_LIMIT for _, n in acc.values()):
+        return None
+    out = []
+    for row, n in acc.values():
+        if row[slot] != n:
+            row = [*row]  # (a row may be another route's too)
+            row[slot] = n
+        out.append(row)
+    return out
+
+
+__all__ = ["FOLDED", "combine_values", "fold_rows", "folded_value", "table_chunks"]

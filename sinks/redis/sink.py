@@ -25,7 +25,7 @@ from kstorm.sink import BaseSink, CommitRecord, SinkBatch, SinkContext
 
 from ._batch import Entry, Row, build_entries, flatten, key_function, value_function
 from ._codec import VALUE_CODECS, ValueCodec
-from ._columns import fold_rows, folded_value, table_chunks
+from ._columns import combine_values, fold_rows, folded_value, table_chunks
 from ._keys import STATE_PREFIX, Namespace, check_name, offset_fields, parse_record
 from ._lua import commit_script
 from ._optimistic import commit_optimistic
@@ -36,6 +36,8 @@ from .merge import LuaMerge, PythonMerge, resolve_merge
 
 if TYPE_CHECKING:
     import redis
+
+    from kstorm.tuple import Fields
 
 _MAX_TXID = 2**53  # the commit script compares txids as Lua numbers (doubles)
 _STAGE_TTL_S = 24 * 3600
@@ -212,6 +214,18 @@ class RedisSink(BaseSink):
             rows = [dict(zip(t.fields.names, t.values))  # noqa: B905
                     for t in batch.tuples]
         self.commit_batch(batch.txid, rows, batch.offsets, batch.state, states=batch.states)
+
+    def combine(self, fields: Fields, values: list[list[Any]]) -> list[list[Any]] | None:
+        """A task's tuples for this sink with each key's folded into one (see BaseSink).
+
+        Only for the sink's own commit and a merge whose fold ignores order (``add``,
+        ``max``, ``min``) over an integer value field: ``combine_values``.
+        """
+        if (type(self).commit is not RedisSink.commit
+                or type(self).commit_batch is not RedisSink.commit_batch):
+            return None
+        return combine_values(fields.names, values, key=self.key, field=self.field,
+                              value=self.value, merge=self.merge)
 
     def accepts_states(self, states: Any) -> bool:
         """Yes for the Redis state provider's states on this sink's server and database.
