@@ -149,3 +149,23 @@ def test_a_combine_that_fails_names_the_sink(combine: Any, error: str) -> None:
     bad = type("Bad", (CaptureSink,), {"combine": combine})()
     with pytest.raises(SinkError, match=error):
         run(bad, [([["a", 1], ["a", 2]], None)])
+
+
+def test_a_sink_s_combined_rows_wait_for_the_next_tuples_until_the_input_ends(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # drains in the middle of the input keep a sink's combined rows queued, so a running
+    # count leaves a task as about one row per key; the input's end sends them
+    import kstorm._runtime.executor as executor
+
+    monkeypatch.setattr(executor, "ROW_TUPLES", 8)  # combined rows are kept up to 4
+    inputs = [([[w, i]], None) for i, w in enumerate("abababcab")]
+    got, counters = run(Summing(), inputs)
+    assert [unpack_values(r.values) for r in got] == [[["a", 13], ["b", 17], ["c", 6]]]
+    assert counters["out.combined"] == 6
+    # more keys than a drain keeps: sent at each drain
+    many = [([[w, 1]], None) for w in "abcdefghab"]
+    got, _ = run(Summing(), many)
+    assert [len(unpack_values(r.values)) for r in got] == [8, 2]
+    # a sink that does not combine gets its rows at every drain
+    plain, _ = run(CaptureSink(), inputs)
+    assert [len(unpack_values(r.values)) for r in plain] == [8, 1]

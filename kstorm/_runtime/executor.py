@@ -672,7 +672,7 @@ class StageExecutor:
                 deliver(head, task, tup)
             if (self._queued >= ROW_TUPLES or self._queued_bytes >= ROW_BYTES
                     or len(self._out) >= 4096):
-                yield from self._drain()
+                yield from self._drain(carry=True)
         yield from self._drain()
 
     def deliver_rows(self, tuples: Iterable[tuple[str, int, Tuple]]
@@ -722,16 +722,28 @@ class StageExecutor:
         """What is waiting to leave (dead letters...) without finishing any bolt."""
         yield from self._drain()
 
-    def _drain(self) -> Iterator[Outgoing | Packed]:
+    def _drain(self, *, carry: bool = False) -> Iterator[Outgoing | Packed]:
+        """What is queued, as rows; ``carry``: keep combined rows for a sink to combine again.
+
+        With ``carry`` (a drain in the middle of the input), a sink's rows that its
+        ``combine`` folded to at most half of :data:`ROW_TUPLES` stay queued, to be folded
+        with the next tuples: a task then sends a running count's sink about one row per key.
+        """
         combiners = self._combiners
-        out: list[Outgoing | Packed] = [
-            Packed(dest, task, src, stream,
-                   pack(entries if metas is not None or dest not in combiners
-                        else self._combined(dest, src, stream, entries)),
-                   None if metas is None else pickle.dumps(metas, protocol=5))
-            for (dest, task, src, stream), (entries, metas) in self._groups.items()]
+        out: list[Outgoing | Packed] = []
+        kept: dict[tuple[str, int, str, str], list[Any]] = {}
+        for (dest, task, src, stream), (entries, metas) in self._groups.items():
+            if metas is None and dest in combiners:
+                entries = self._combined(dest, src, stream, entries)
+                if carry and len(entries) <= ROW_TUPLES // 2 and not any(
+                        type(e) is bytes for e in entries):
+                    kept[(dest, task, src, stream)] = [entries, None]
+                    continue
+            out.append(Packed(dest, task, src, stream, pack(entries),
+                              None if metas is None else pickle.dumps(metas, protocol=5)))
         out.extend(self._out)
-        self._out, self._groups, self._queued, self._queued_bytes = [], {}, 0, 0
+        self._out, self._groups, self._queued_bytes = [], kept, 0
+        self._queued = sum(len(entries) for entries, _ in kept.values())
         self._forget_slots()
         return iter(out)
 

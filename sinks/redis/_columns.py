@@ -283,12 +283,19 @@ def combine_values(names: Sequence[str], values: Sequence[list[Any]], *, key: An
     slot = names.index(value)
     one = at[0] if len(at) == 1 else -1
     acc: dict[Any, list[Any]] = {}  # key values -> [first row, folded value]
-    for row in values:
-        k = row[one] if one >= 0 else tuple(row[i] for i in at)
-        for part in ((k,) if one >= 0 else k):
-            kind = type(part)
-            if not ((kind is str and part) or kind is int):
-                return None  # the sink's own checks see every row as it came
+    for row in values:  # (one loop per row, ~0.3 us: no call in it)
+        if one >= 0:
+            k = row[one]
+            if type(k) is str:
+                if not k:
+                    return None  # the sink's own checks see every row as it came
+            elif type(k) is not int:  # (True == 1, but renders "True": exact types only)
+                return None
+        else:
+            k = tuple(row[i] for i in at)
+            for part in k:
+                if not ((type(part) is str and part) or type(part) is int):
+                    return None
         n = row[slot]
         if type(n) is not int:
             return None
@@ -297,7 +304,10 @@ def combine_values(names: Sequence[str], values: Sequence[list[Any]], *, key: An
             acc[k] = [row, n]
         elif fold == "sum":
             found[1] += n
-        elif (n > found[1]) if fold == "max" else (n < found[1]):
+        elif fold == "max":
+            if n > found[1]:
+                found[1] = n
+        elif n < found[1]:
             found[1] = n
     if len(acc) == len(values):
         return None  # nothing to fold
