@@ -258,15 +258,21 @@ def redis_counts(url: str, run: str) -> Any:
     once) that also notes when each batch committed, like ``LatestCounts``."""
     from sinks.redis import RedisConfig, RedisSink
 
+    settings = {"key": run + ":{word}", "value": "count", "merge": "max", "sink_id": run}
+
     class RedisCounts(RedisSink):
         def __init__(self) -> None:
-            super().__init__(RedisConfig.from_url(url), key=run + ":{word}", value="count",
-                             merge="max", sink_id=run)
+            super().__init__(RedisConfig.from_url(url), **settings)
             self.commits: list[tuple[int, int, float]] = []
 
         def commit(self, batch: Any) -> None:
             super().commit(batch)
-            self.commits.append((batch.batch_id, len(batch.tuples), time.monotonic()))
+            self.commits.append((batch.batch_id, batch.size, time.monotonic()))
+
+        def combine(self, fields: Any, values: list[list[Any]]) -> Any:
+            # (RedisSink declines for a subclass with its own commit; this one only notes
+            # when each batch committed, so it combines as a plain RedisSink does)
+            return RedisSink(RedisConfig.from_url(url), **settings).combine(fields, values)
 
         @property
         def counts(self) -> dict[str, int]:

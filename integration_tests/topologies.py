@@ -121,7 +121,7 @@ class LatestCounts(BaseSink):
             word, count = tuple_.values
             if count > counts.get(word, 0):
                 counts[word] = count
-        self.commits.append((batch.batch_id, len(batch.tuples), self.clock()))
+        self.commits.append((batch.batch_id, batch.size, self.clock()))
 
 
 def word_count(spout: Any, sink: BaseSink, *, split_tasks: int = 2,

@@ -94,7 +94,8 @@ class SinkBatch:
         txid: the transaction id: the same for every replay of the batch, strictly growing,
             never reused (also after a lost checkpoint).
         batch_id: Spark's batch id (``txid - batch_id`` is the checkpoint's txid base).
-        tuples: the tuples addressed to this sink in this batch, in arrival order.
+        tuples: the tuples addressed to this sink in this batch, in arrival order (made
+            when first read: :meth:`values_by_fields` gives their values without them).
         offsets: the Kafka end offsets the batch read to, ``{topic: {partition: end}}``.
         state: the runtime's state after this batch (name -> bytes); a sink with
             ``records_offsets`` stores it atomically with the offsets.
