@@ -9,6 +9,7 @@ The executor applies a sink's ``combine`` to each packed row of untracked tuples
 from __future__ import annotations
 
 import copy
+import pickle
 from typing import Any
 
 import pytest
@@ -169,3 +170,17 @@ def test_a_sink_s_combined_rows_wait_for_the_next_tuples_until_the_input_ends(
     # a sink that does not combine gets its rows at every drain
     plain, _ = run(CaptureSink(), inputs)
     assert [len(unpack_values(r.values)) for r in plain] == [8, 1]
+
+
+def test_the_per_tuple_view_gives_every_tuple_a_combining_sink_was_sent() -> None:
+    b = TopologyBuilder()
+    b.set_spout("lines", ListSpout([[("x",)]], Fields("rows")))
+    b.set_bolt("emit", Emit(), 1).shuffle_grouping("lines")
+    b.set_bolt("out", Summing(), 1).fields_grouping("emit", Fields("word"))
+    topo = b.create_topology()
+    plan = compile_plan(topo)
+    ex = StageExecutor(topo, plan, plan.stage_of["emit"], topology_name="t", conf={},
+                       batch_id=1, partition=0)
+    t = Tuple([[["a", 1], ["a", 2]]], Fields("rows"), "lines")
+    out = [o for o in [*ex.process([(0, t)]), *ex.finish()] if o.dest == "out"]
+    assert [pickle.loads(o.values) for o in out] == [["a", 1], ["a", 2]]

@@ -729,7 +729,8 @@ class StageExecutor:
         ``combine`` folded to at most half of :data:`ROW_TUPLES` stay queued, to be folded
         with the next tuples: a task then sends a running count's sink about one row per key.
         """
-        combiners = self._combiners
+        # (the per-tuple view, process(), gives every emitted tuple: nothing combined there)
+        combiners = self._combiners if self._order is None else {}
         out: list[Outgoing | Packed] = []
         kept: dict[tuple[str, int, str, str], list[Any]] = {}
         for (dest, task, src, stream), (entries, metas) in self._groups.items():
