@@ -176,6 +176,21 @@ def folded_value(row: Mapping[str, Any]) -> Any:
     return row[FOLDED]
 
 
+def _template_fields(key: Any, field: Any) -> list[str] | None:
+    """The fields the key (and hash-field) templates name, or None: not both templates."""
+    groups: list[str] = []
+    for template in (key, field):
+        if template is None:
+            continue
+        if not isinstance(template, str):
+            return None
+        try:
+            groups += [n for n in KeyTemplate(template).fields if n not in groups]
+        except Exception:  # noqa: BLE001 - the sink's row path reports a bad template
+            return None
+    return groups
+
+
 def fold_rows(names: Sequence[str], values: Sequence[Sequence[Any]], *, key: Any, field: Any,
               value: Any, merge: Merge) -> list[dict[str, Any]] | None:
     """Rows standing for ``values`` (rows of fields ``names``), one per key, or None.
@@ -198,16 +213,7 @@ def fold_rows(names: Sequence[str], values: Sequence[Sequence[Any]], *, key: Any
     fold = _ORDER_FREE.get(merge.combine) if isinstance(merge, LuaMerge) else None
     if fold is None or not merge.numeric or not values:
         return None
-    groups: list[str] = []
-    for template in (key, field):
-        if template is None:
-            continue
-        if not isinstance(template, str):
-            return None
-        try:
-            groups += [n for n in KeyTemplate(template).fields if n not in groups]
-        except Exception:  # noqa: BLE001 - the row path reports a bad template
-            return None
+    groups = _template_fields(key, field)
     if not groups or (value is not None and not isinstance(value, str)):
         return None
     wanted = [*groups, *([value] if value is not None and value not in groups else [])]
@@ -267,16 +273,7 @@ def combine_values(names: Sequence[str], values: Sequence[list[Any]], *, key: An
     if (fold is None or not merge.numeric or not isinstance(value, str)
             or value not in names or not values):
         return None
-    groups: list[str] = []
-    for template in (key, field):
-        if template is None:
-            continue
-        if not isinstance(template, str):
-            return None
-        try:
-            groups += [n for n in KeyTemplate(template).fields if n not in groups]
-        except Exception:  # noqa: BLE001 - the sink reports a bad template
-            return None
+    groups = _template_fields(key, field)
     if not groups or any(name not in names for name in groups) or value in groups:
         return None
     at = [names.index(name) for name in groups]
