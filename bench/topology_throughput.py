@@ -264,15 +264,16 @@ def redis_counts(url: str, run: str) -> Any:
         def __init__(self) -> None:
             super().__init__(RedisConfig.from_url(url), **settings)
             self.commits: list[tuple[int, int, float]] = []
+            # (RedisSink declines to combine for a subclass with its own commit; this one
+            # only notes when each batch committed, so it combines as a plain one does)
+            self._plain = RedisSink(RedisConfig.from_url(url), **settings)
 
         def commit(self, batch: Any) -> None:
             super().commit(batch)
             self.commits.append((batch.batch_id, batch.size, time.monotonic()))
 
         def combine(self, fields: Any, values: list[list[Any]]) -> Any:
-            # (RedisSink declines for a subclass with its own commit; this one only notes
-            # when each batch committed, so it combines as a plain RedisSink does)
-            return RedisSink(RedisConfig.from_url(url), **settings).combine(fields, values)
+            return self._plain.combine(fields, values)
 
         @property
         def counts(self) -> dict[str, int]:

@@ -204,6 +204,11 @@ class BaseSink(Component):
         result as the rows given (e.g. one row per key holding the sum, for a sink that
         adds values per key), or None to send them as they are (the default). The rows
         given are the runtime's: return new lists for rows you change.
+
+        The rows given may include rows this method returned earlier for the same task,
+        followed by newer tuples (a task's combined rows wait for its next tuples until its
+        input ends), so a fold must hold for its own output too: summing a count field
+        does; counting rows (as if each said 1) does not.
         """
         return None
 

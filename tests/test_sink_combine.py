@@ -184,3 +184,35 @@ def test_the_per_tuple_view_gives_every_tuple_a_combining_sink_was_sent() -> Non
     t = Tuple([[["a", 1], ["a", 2]]], Fields("rows"), "lines")
     out = [o for o in [*ex.process([(0, t)]), *ex.finish()] if o.dest == "out"]
     assert [pickle.loads(o.values) for o in out] == [["a", 1], ["a", 2]]
+
+
+class CountingRows(CaptureSink):
+    """A combine that is wrong on its own output: it counts rows as if each said 1."""
+
+    seen: list[list[list[Any]]] = []  # (the topology holds a copy of the sink)
+
+    def combine(self, fields, values):
+        CountingRows.seen.append([list(v) for v in values])
+        out: dict[str, list[Any]] = {}
+        for word, _ in values:
+            out[word] = [word, out.get(word, [word, 0])[1] + 1]
+        return list(out.values())
+
+
+def test_combine_is_given_its_own_rows_again_with_the_next_tuples(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # what the docstring and README say: the rows a combine returned come back to it,
+    # first, with the task's newer tuples; a fold that holds for its own output (Summing)
+    # gives the true total, one that counts rows (CountingRows) does not
+    import kstorm._runtime.executor as executor
+
+    monkeypatch.setattr(executor, "ROW_TUPLES", 4)  # a drain after every 4 tuples
+    inputs = [([["a", 1]], None) for _ in range(9)]
+    got, _ = run(Summing(), inputs)
+    assert [unpack_values(r.values) for r in got] == [[["a", 9]]]
+    CountingRows.seen.clear()
+    got, _ = run(CountingRows(), inputs)
+    seen = CountingRows.seen
+    assert seen[1][0] == ["a", 4]  # its earlier row, first, then the newer tuples
+    assert seen[1][1:] == [["a", 1]] * 3
+    assert [unpack_values(r.values) for r in got] != [[["a", 9]]]

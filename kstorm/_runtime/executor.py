@@ -735,9 +735,8 @@ class StageExecutor:
         kept: dict[tuple[str, int, str, str], list[Any]] = {}
         for (dest, task, src, stream), (entries, metas) in self._groups.items():
             if metas is None and dest in combiners:
-                entries = self._combined(dest, src, stream, entries)
-                if carry and len(entries) <= ROW_TUPLES // 2 and not any(
-                        type(e) is bytes for e in entries):
+                entries, combined = self._combined(dest, src, stream, entries)
+                if carry and combined and len(entries) <= ROW_TUPLES // 2:
                     kept[(dest, task, src, stream)] = [entries, None]
                     continue
             out.append(Packed(dest, task, src, stream, pack(entries),
@@ -748,11 +747,15 @@ class StageExecutor:
         self._forget_slots()
         return iter(out)
 
+    def _combined(self, sink: str, src: str, stream: str,
+                  entries: list[Any]) -> tuple[list[Any], bool]:
+        """A task's tuples for ``sink``, folded by the sink's ``combine`` if it can.
 
-    def _combined(self, sink: str, src: str, stream: str, entries: list[Any]) -> list[Any]:
-        """A task's tuples for ``sink``, folded by the sink's ``combine`` if it can."""
+        Also says whether ``combine`` saw them (no pickled values among them): only such
+        rows may wait to be combined again.
+        """
         if any(type(e) is bytes for e in entries):
-            return entries  # mutable values (pickled at emit): sent as they are
+            return entries, False  # mutable values (pickled at emit): sent as they are
         fields = self.topology.components[src].streams[stream]
         try:
             combined = self._combiners[sink].combine(fields, entries)
@@ -760,14 +763,14 @@ class StageExecutor:
             msg = f"sink {sink!r}: combine raised {type(exc).__name__}: {exc}"
             raise SinkError(msg) from exc
         if combined is None:
-            return entries
+            return entries, True
         if not isinstance(combined, list) or any(
                 not isinstance(row, list) or len(row) != len(fields) for row in combined):
             msg = (f"sink {sink!r}: combine must return None or a list of lists of "
                    f"{len(fields)} values (fields {fields.to_list()})")
             raise SinkError(msg)
         self.counters[f"{sink}.combined"] += len(entries) - len(combined)
-        return combined
+        return combined, True
 
 
 class WindowOutput:
