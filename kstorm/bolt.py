@@ -61,10 +61,17 @@ class BasicOutputCollector:
     def __init__(self, out: OutputCollector) -> None:
         self._out = out
         self.input: Tuple | None = None
+        # a plain OutputCollector: its emit function is called directly (a call less per
+        # emit), read at each emit (a kept bolt's collector gets each batch's)
+        self._plain = type(out) is OutputCollector
 
     def emit(self, values: Sequence[Any], *, stream: str = DEFAULT_STREAM) -> None:
         """Emit ``values`` on ``stream``, anchored to the tuple being executed."""
-        self._out.emit(values, self.input, stream=stream)
+        if self._plain:
+            anchor = self.input
+            self._out._emit(stream, list(values), () if anchor is None else (anchor,))
+        else:
+            self._out.emit(values, self.input, stream=stream)
 
 
 class BaseRichBolt(Component):

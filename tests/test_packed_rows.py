@@ -117,6 +117,34 @@ def test_pack_keeps_values_and_pickled_entries():
     assert unpack_values(blob) == [["cat", 1, None, 2.5, b"x", True], [{"a": [1]}]]
 
 
+entries = st.one_of(
+    st.lists(st.lists(atoms, min_size=0, max_size=4), max_size=30),  # any lengths
+    st.integers(0, 4).flatmap(lambda n: st.lists(st.lists(atoms, min_size=n, max_size=n),
+                                                 max_size=30)),   # one stream's tuples
+)
+
+
+@given(entries, st.lists(st.integers(0, 29), max_size=3))
+def test_pack_gives_back_every_tuple_s_values_as_a_list_of_its_own(rows, pickled):
+    # columns (one stream's tuples) or the entries themselves (a pickled entry among them,
+    # tuples of no fields or of different lengths): the same values, with their types
+    rows = [dumps(r) if i in pickled else r for i, r in enumerate(rows)]
+    want = [pickle.loads(r) if type(r) is bytes else r for r in rows]
+    got = unpack_values(pack(rows))
+    assert got == want
+    assert [[type(v) for v in r] for r in got] == [[type(v) for v in r] for r in want]
+    assert all(type(r) is list for r in got) and len({id(r) for r in got}) == len(got)
+
+
+def test_one_stream_s_tuples_are_packed_as_columns():
+    words = [["cat"], ["dog"], ["cat"]]
+    assert pickle.loads(pack(words)) == (1, ["cat", "dog", "cat"])
+    assert pickle.loads(pack([["a", 1], ["b", 2]])) == (2, ("a", "b"), (1, 2))
+    assert type(pickle.loads(pack([["a", 1], ["b"]]))) is list
+    assert len(pack([[f"w{i % 50}"] for i in range(1000)])) < len(
+        pickle.dumps([[f"w{i % 50}"] for i in range(1000)], protocol=5))
+
+
 def test_paused_restores_the_collector():
     import gc
 

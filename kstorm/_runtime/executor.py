@@ -271,7 +271,7 @@ class StageExecutor:
                     break
             else:  # untracked, to other stages and sinks: the per-tuple hot path
                 self.counters[counter] += 1
-                self._emit_plain(component, task, stream, values, plain)
+                self._emit_plain(stream, component, task, values, plain)
                 return
         if len(values) != n_fields:
             msg = (
@@ -313,7 +313,7 @@ class StageExecutor:
                 for t in self._targets(route, values, task):
                     self._add(route.consumer, t, component, stream, entry, meta)
 
-    def _emit_plain(self, component: str, task: int, stream: str, values: list[Any],
+    def _emit_plain(self, stream: str, component: str, task: int, values: list[Any],
                     plain: list[_FastRoute]) -> None:
         """``_emit`` of an untracked tuple to other stages and sinks: the per-tuple hot path.
 
@@ -325,19 +325,22 @@ class StageExecutor:
             if type(v) not in _IMMUTABLE:
                 entry = dumps(values)
                 break
-        for fast in plain:
-            route = fast.route
-            if route.one < 0:
+        for route, memo, slots in plain:
+            one = route.one
+            if one < 0:
                 for t in self._targets(route, values, task):
                     self._add(route.consumer, t, component, stream, entry, None)
                 continue
-            v = values[route.one]
-            t = fast.tasks.get(v) if type(v) is str else None
-            if t is None:
+            v = values[one]
+            if type(v) is str:
+                t = memo.get(v)
+                if t is None:
+                    t = stable_hash_one(v) % route.parallelism
+                    if len(memo) < _TASK_MEMO:
+                        memo[v] = t
+            else:
                 t = stable_hash_one(v) % route.parallelism
-                if type(v) is str and len(fast.tasks) < _TASK_MEMO:
-                    fast.tasks[v] = t
-            entries = fast.slots.get(t)
+            entries = slots.get(t)
             if entries is None:
                 group = self._groups.get((route.consumer, t, component, stream))
                 if group is not None and group[1] is not None:  # it carries metas
@@ -345,7 +348,7 @@ class StageExecutor:
                     continue
                 if group is None:
                     group = self._groups[(route.consumer, t, component, stream)] = [[], None]
-                entries = fast.slots[t] = group[0]
+                entries = slots[t] = group[0]
             entries.append(entry)
             self._queued += 1
             if type(entry) is bytes:
@@ -754,7 +757,7 @@ class StageExecutor:
         Also says whether ``combine`` saw them (no pickled values among them): only such
         rows may wait to be combined again.
         """
-        if any(type(e) is bytes for e in entries):
+        if bytes in map(type, entries):
             return entries, False  # mutable values (pickled at emit): sent as they are
         fields = self.topology.components[src].streams[stream]
         try:
