@@ -264,17 +264,22 @@ def start_read_planner(spark: SparkSession, wait_s: float = 60.0, poll_s: float 
         deadline = time.monotonic() + wait_s
         try:
             create, release = _worker_calls(spark)
+            factories, seen = _python_workers(spark), -1
             while time.monotonic() < deadline and not cancel.is_set():
-                found = {key.workerModule(): key for key, _ in
-                         _planner_factories(spark, (CREATE_SOURCE, PLAN_READ))[1]}
-                if PLAN_READ in found:
-                    return  # Spark got there first
-                if CREATE_SOURCE in found:
-                    key = found[CREATE_SOURCE]
-                    args = [key.pythonExec(), PLAN_READ, key.daemonModule(), key.envVars()]
-                    worker = create(*args, True)._1()
-                    release(*args, worker)
-                    return
+                size = factories.size()  # (one round trip; the entries only when it changed)
+                if size != seen:
+                    seen = size
+                    found = {key.workerModule(): key for key, _ in _planner_factories(
+                        spark, (CREATE_SOURCE, PLAN_READ), factories)[1]}
+                    if PLAN_READ in found:
+                        return  # Spark got there first
+                    if CREATE_SOURCE in found:
+                        key = found[CREATE_SOURCE]
+                        args = [key.pythonExec(), PLAN_READ, key.daemonModule(),
+                                key.envVars()]
+                        worker = create(*args, True)._1()
+                        release(*args, worker)
+                        return
                 cancel.wait(poll_s)
         except Exception as exc:  # noqa: BLE001 - start-up time only: Spark starts it later
             log.info("Spark's read planner was not started ahead (%s: %s)",
@@ -328,11 +333,21 @@ def planner_activity(spark: SparkSession) -> dict[str, int]:
     return {key.workerModule(): getattr(factory, _LAST_ACTIVITY)() for key, factory in found}
 
 
-def _planner_factories(spark: SparkSession, modules: tuple[str, ...]) -> tuple[Any, list[Any]]:
-    """Spark's map of Python worker factories, and its (key, factory) pairs of ``modules``."""
+def _python_workers(spark: SparkSession) -> Any:
+    """Spark's map of Python worker factories (``SparkEnv.pythonWorkers``, one map per JVM)."""
     env = spark.sparkContext._jsc.sc().env()
-    factories = _private_field(spark.sparkContext._jvm, "org.apache.spark.SparkEnv",
-                               "pythonWorkers").get(env)
+    return _private_field(spark.sparkContext._jvm, "org.apache.spark.SparkEnv",
+                          "pythonWorkers").get(env)
+
+
+def _planner_factories(spark: SparkSession, modules: tuple[str, ...],
+                       factories: Any = None) -> tuple[Any, list[Any]]:
+    """Spark's map of Python worker factories, and its (key, factory) pairs of ``modules``.
+
+    ``factories``: the map (:func:`_python_workers`) when the caller has it.
+    """
+    if factories is None:
+        factories = _python_workers(spark)
     found = []
     entries = factories.iterator()
     while entries.hasNext():
@@ -342,10 +357,22 @@ def _planner_factories(spark: SparkSession, modules: tuple[str, ...]) -> tuple[A
     return factories, found
 
 
+_FIELDS: dict[tuple[str, str], tuple[Any, Any]] = {}  # (class, field) -> (jvm, its handle)
+
+
 def _private_field(jvm: Any, class_name: str, field: str) -> Any:
-    """A private JVM field made readable (py4j itself refuses ``getClass``)."""
+    """A private JVM field made readable (py4j itself refuses ``getClass``).
+
+    Made once per JVM view and kept: the planners' threads read these fields every 0.1 s
+    while a query starts, and making one takes six round trips to the JVM (py4j resolves
+    ``java``, ``java.lang`` and ``java.lang.Class`` one by one), 5-10 ms on 2 busy cores.
+    """
+    kept = _FIELDS.get((class_name, field))
+    if kept is not None and kept[0] is jvm:
+        return kept[1]
     handle = jvm.java.lang.Class.forName(class_name).getDeclaredField(field)
     handle.setAccessible(True)
+    _FIELDS[(class_name, field)] = (jvm, handle)
     return handle
 
 
