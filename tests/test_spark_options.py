@@ -119,6 +119,7 @@ class _Key:
 def test_the_read_planner_is_started_once_the_first_planner_appears_unless_cancelled(
         monkeypatch) -> None:
     import threading
+    import time
 
     from kstorm._spark import session
 
@@ -129,8 +130,18 @@ def test_the_read_planner_is_started_once_the_first_planner_appears_unless_cance
         def _1(self) -> str:
             return "worker"
 
-    monkeypatch.setattr(session, "_planner_factories", lambda spark, modules: (
-        None, [(_Key(m), None) for m in factories if m in modules]))
+    walks: list[int] = []
+
+    class Map:  # Spark's map of worker factories: the thread walks it when its size changed
+        def size(self) -> int:
+            return len(factories)
+
+    def found(spark, modules, workers=None):
+        walks.append(len(factories))
+        return None, [(_Key(m), None) for m in factories if m in modules]
+
+    monkeypatch.setattr(session, "_python_workers", lambda spark: Map())
+    monkeypatch.setattr(session, "_planner_factories", found)
     monkeypatch.setattr(session, "_worker_calls", lambda spark: (
         lambda *args: created.append(["create", *args]) or Worker(),
         lambda *args: created.append(["release", *args])))
@@ -143,10 +154,13 @@ def test_the_read_planner_is_started_once_the_first_planner_appears_unless_cance
     assert not thread.is_alive() and created == []
 
     thread = session.start_read_planner(object(), poll_s=0.005)
+    time.sleep(0.1)  # ~20 polls of the empty map
     factories.append(session.CREATE_SOURCE)  # Spark created the query's data source
     thread.join(2)
     args = ["python3", session.PLAN_READ, "pyspark.daemon", {"SPARK_REUSE_WORKER": "1"}]
     assert created == [["create", *args, True], ["release", *args, "worker"]]
+    assert walks.count(0) <= 4  # the empty map: walked at each start and once per thread,
+    #                             not at every poll
 
     factories.append(session.PLAN_READ)  # a later query of the session: nothing to do
     assert session.start_read_planner(object()) is None
