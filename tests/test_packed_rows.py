@@ -2,7 +2,7 @@
 
 import pickle
 
-from hypothesis import given
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from kstorm import BaseBasicBolt, BaseRichBolt, Fields, TopologyBuilder, Tuple
@@ -124,7 +124,10 @@ entries = st.one_of(
 )
 
 
+@settings(max_examples=300)
 @given(entries, st.lists(st.integers(0, 29), max_size=3))
+@example([["a"], ["b", 2]], [])  # one field first, then two: not columns
+@example([["a", 1], ["b"]], [])
 def test_pack_gives_back_every_tuple_s_values_as_a_list_of_its_own(rows, pickled):
     # columns (one stream's tuples) or the entries themselves (a pickled entry among them,
     # tuples of no fields or of different lengths): the same values, with their types

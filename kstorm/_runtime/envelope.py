@@ -150,11 +150,11 @@ def pack(entries: list[list[Any] | bytes]) -> bytes:
         [['cat', 1], ['dog', 2]]
     """
     if entries and bytes not in map(type, entries):
-        n = len(entries[0])
-        if n == 1:
+        lengths = set(map(len, entries))
+        if lengths == {1}:
             return pickle.dumps((1, [e[0] for e in entries]), protocol=5)
-        if n and all(len(e) == n for e in entries):
-            return pickle.dumps((n, *zip(*entries, strict=True)), protocol=5)
+        if len(lengths) == 1 and 0 not in lengths:
+            return pickle.dumps((len(entries[0]), *zip(*entries, strict=True)), protocol=5)
     return pickle.dumps(entries, protocol=5)
 
 
