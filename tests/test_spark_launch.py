@@ -83,13 +83,40 @@ def test_an_abandoned_recording_is_retried(tmp_path: Path) -> None:
     assert not partial.exists()
 
 
-def test_archives_of_other_versions_are_removed(tmp_path: Path) -> None:
+def _archive(cache: Path, key: str, days_ago: float) -> Path:
+    path = cache / f"spark-classes-{key}.jsa"
+    path.write_bytes(b"old")
+    then = time.time() - days_ago * 86400
+    os.utime(path, (then, then))
+    return path
+
+
+def test_archives_nobody_uses_any_more_are_removed(tmp_path: Path) -> None:
     cache = tmp_path / "cache"
     cache.mkdir()
-    stale = cache / "spark-classes-0000000000000000.jsa"
-    stale.write_bytes(b"old")
+    stale = _archive(cache, "0" * 16, days_ago=8)  # another version, unused for 8 days
     _options(tmp_path / "home", cache)
     assert not stale.exists()
+
+
+def test_another_install_s_archive_in_use_is_kept_when_one_records(tmp_path: Path) -> None:
+    # two kstorm installs on one machine: recording one's archive keeps the other's
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    recent = [_archive(cache, f"{i:016d}", days_ago=i / 10) for i in range(1, 4)]
+    _options(tmp_path / "home", cache)
+    assert [p.exists() for p in recent] == [True, True, False]  # the two most recent
+
+
+def test_using_an_archive_marks_it_used(tmp_path: Path) -> None:
+    home, cache = tmp_path / "home", tmp_path / "cache"
+    cache.mkdir()
+    archive = launch._archive_path(home, cache)
+    archive.write_bytes(b"\0" * 10)
+    then = time.time() - 3 * 86400
+    os.utime(archive, (then, then))
+    assert "-XX:SharedArchiveFile=" in _options(home, cache)
+    assert time.time() - archive.stat().st_mtime < 60
 
 
 @pytest.mark.parametrize(("env", "expected"), [

@@ -86,6 +86,7 @@ def class_archive_options(spark_home: Path, cache: Path, *, record: bool = False
     archive = _archive_path(spark_home, cache)
     quiet = "-Xlog:cds=off -Xlog:cds+dynamic=off"
     if archive.is_file() or _claim_finished(cache, archive):
+        _mark_used(archive)
         return f"-XX:SharedArchiveFile={archive} -Xshare:auto {quiet}"
     if not record or _recording_elsewhere(cache, archive):
         return ""
@@ -182,13 +183,40 @@ def _archive_key(spark_home: Path) -> str:
     return hashlib.sha256(material.encode()).hexdigest()[:16]
 
 
+_ARCHIVES_KEPT = 2            # other archives kept besides the one being recorded...
+_ARCHIVE_IDLE_S = 7 * 86400   # ...while used within this long (~160 MB each)
+
+
+def _mark_used(archive: Path) -> None:
+    """Note that a session used ``archive`` (its mtime; pruning keeps the ones in use)."""
+    try:
+        os.utime(archive)
+    except OSError:  # e.g. an archive baked into a read-only image: kept as it is
+        pass
+
+
 def _prune_archives(cache: Path, keep: Path) -> None:
-    """Archives of other JVM / pyspark versions are dead weight (~150 MB each)."""
+    """Remove archives nobody uses any more (other JVM / pyspark / kstorm versions).
+
+    Besides ``keep`` (being recorded), the :data:`_ARCHIVES_KEPT` most recently used
+    archives stay while used within :data:`_ARCHIVE_IDLE_S`: two kstorm installs on one
+    machine (two virtualenvs, a second checkout) each keep theirs instead of removing the
+    other's whenever one of them records.
+    """
     if not cache.is_dir():
         return
-    for old in cache.glob(f"{_ARCHIVE_PREFIX}*.jsa"):
-        if old != keep:
-            old.unlink(missing_ok=True)
+    others = []
+    for path in cache.glob(f"{_ARCHIVE_PREFIX}*.jsa"):
+        try:
+            if path != keep:
+                others.append((path.stat().st_mtime, path))
+        except OSError:
+            continue
+    others.sort(reverse=True)
+    now = time.time()
+    for rank, (used, path) in enumerate(others):
+        if rank >= _ARCHIVES_KEPT or now - used > _ARCHIVE_IDLE_S:
+            path.unlink(missing_ok=True)
 
 
 def _made(path: Path) -> Path:
