@@ -3,8 +3,8 @@
 A batch is a transaction (seed 002): its txid is the checkpoint's txid base + ``batch_id``.
 :meth:`CommitPhase.__call__` runs it as attempt 0, 1, ... (a new attempt id each time, the
 same txid and content): the attempt's processing phase is the Spark job that computes the
-batch's rows for the driver (``frame.toArrow()``), then :meth:`CommitPhase.commit`. A
-failed attempt is retried in place, then the failure policy applies
+batch's rows for the driver (as ``toArrow`` would: ``kstorm/_spark/batch_rows.py``), then
+:meth:`CommitPhase.commit`. A failed attempt is retried in place, then the failure policy applies
 (``kstorm/_runtime/transaction.py``). :meth:`CommitPhase.commit`, for one attempt:
 
 1. Split the batch's rows addressed to the driver by destination.
@@ -94,6 +94,7 @@ from kstorm._runtime.transaction import (
     Transactions,
 )
 from kstorm._spark import txspout_source as txspout
+from kstorm._spark.batch_rows import ArrowRows
 from kstorm._spark.gc_control import paused
 from kstorm._spark.offset_log import read_batch
 from kstorm._spark.windowed_bolt import state_key
@@ -189,6 +190,7 @@ class CommitPhase:
         self.sink_failure: KstormError | None = None  # an overlapped commit's final failure
         self.on_failure: Callable[[], Any] | None = None  # stops the query (set by the runner)
         self._waited = 0.0  # how long this batch waited for the previous batch's sinks
+        self.rows = ArrowRows()  # a batch frame's rows for the driver (``toArrow``, leaner)
         self.transactions = Transactions(settings.transaction_max_attempts,
                                          settings.transaction_backoff_ms,
                                          settings.transaction_failure_policy,
@@ -204,7 +206,7 @@ class CommitPhase:
                 attempt_id = self.transactions.attempt_id(attempt)
                 context.setLocalProperty(ATTEMPT_PROPERTY, str(attempt_id))
                 try:
-                    table = frame.toArrow()
+                    table = self.rows(frame)
                 except Exception as exc:  # noqa: BLE001 - decided below, re-raised if final
                     failed = exc
                 else:
@@ -276,7 +278,7 @@ class CommitPhase:
         context.setLocalProperty(ATTEMPT_PROPERTY, str(self.transactions.attempt_id(attempt)))
         context.setLocalProperty(DEAD_LETTER_PROPERTY, reason)
         try:
-            self.commit(frame.toArrow(), batch_id, self.transactions.attempt_id(attempt),
+            self.commit(self.rows(frame), batch_id, self.transactions.attempt_id(attempt),
                         given_up=True)
         finally:
             context.setLocalProperty(DEAD_LETTER_PROPERTY, None)

@@ -34,6 +34,7 @@ from kstorm._runtime.progress import Progress
 from kstorm._runtime.reliability import SpoutReliability, lowest_unacked
 from kstorm._runtime.state_book import StateBook
 from kstorm._spark import overlap
+from kstorm._spark.batch_rows import foreach_batch
 from kstorm._spark.commit import UNACKED_STATE, CommitPhase, window_state_key
 from kstorm._spark.compiler import compile_query
 from kstorm._spark.offset_log import last_committed_batch, next_batch_id, replay_last_batch
@@ -137,8 +138,8 @@ def start(name: str, conf: dict[str, Any], topology: StormTopology) -> TopologyH
                          Progress(), dead_letters, windows, reliability, plan, conf, states,
                          overlap=overlapped)
     metrics = _metrics_server(name, commit, settings)
-    writer = (compiled.output.writeStream.foreachBatch(commit)
-              .option("checkpointLocation", str(checkpoint)).queryName(name))
+    writer = foreach_batch(compiled.output.writeStream, spark, commit)
+    writer = writer.option("checkpointLocation", str(checkpoint)).queryName(name)
     if settings.trigger is TriggerMode.AVAILABLE_NOW:
         writer = writer.trigger(availableNow=True)
     else:
