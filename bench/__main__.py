@@ -113,10 +113,12 @@ def main(argv: list[str] | None = None) -> int:
                 run = run_kstorm(setup, truth, args.events, cap, spark_conf=args.spark_conf,
                                  conf=args.conf)
                 runs.append(run)
+                cpu = run.steady_cpu_ms.get("total")
                 log(f"kstorm max_offsets_per_batch={cap:,}: steady "
-                    f"{report.fmt_rate(run.steady_rate)} ev/s, first result "
-                    f"{report.fmt_s(run.submit_to_first_result_s)} after submit, exact: "
-                    f"{'yes' if run.exact else 'NO ' + '; '.join(run.problems)}")
+                    f"{report.fmt_rate(run.steady_rate)} ev/s"
+                    + ("" if cpu is None else f" (CPU {cpu:.0f} ms per batch)")
+                    + f", first result {report.fmt_s(run.submit_to_first_result_s)} after "
+                    f"submit, exact: {'yes' if run.exact else 'NO ' + '; '.join(run.problems)}")
             raws.append(consume_and_aggregate(setup.bootstrap, setup.topic, ends))
             log(f"raw consumer again: {report.fmt_rate(raws[1].rate)} events/s")
             one_row = None
@@ -165,8 +167,11 @@ def run_one_row_batches(setup: Setup, args: argparse.Namespace, log: Callable[[s
     n = args.one_row_batches
     _, truth, _, _ = make_events(small, n, args.seed, args.partitions, args.keys, log)
     run = run_kstorm(small, truth, n, 1, spark_conf=args.spark_conf, conf=args.conf)
+    cpu = run.steady_cpu_ms.get("total")
     log(f"kstorm one offset per batch: {report.fmt_ms(report.per_batch_s(run))} per batch "
-        f"over {run.batches} batches, exact: {'yes' if run.exact else 'NO'}")
+        f"over {run.batches} batches"
+        + ("" if cpu is None else f", CPU {cpu:.0f} ms per batch")
+        + f", exact: {'yes' if run.exact else 'NO'}")
     return run
 
 

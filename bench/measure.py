@@ -110,6 +110,8 @@ class Watcher:
         self.hwm_kb: dict[int, int] = {}
         self.first_result_at: float | None = None  # time.monotonic() of the first key seen
         self.cpu_ticks: dict[int, tuple[str, int]] = {}  # pid -> (role, utime + stime)
+        self.cpu_at_commits: list[dict[str, float]] = []  # cpu_seconds_by_role() per commit
+        self._sampled_at = float("-inf")  # time.monotonic() of the last memory and CPU sample
         self.peak_rss_by_role: dict[str, int] = {}  # role -> peak of its processes' VmRSS sum
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
@@ -152,8 +154,11 @@ class Watcher:
         ends = sum(int(v) for k, v in fields.items()
                    if b"/" in k and not k.startswith(b"@"))
         self.commits.append((now, int(fields[b"txid"]), ends))
+        self._sample_memory()  # (and the CPU) as of this commit
+        self.cpu_at_commits.append(self.cpu_seconds_by_role())
 
     def _sample_memory(self) -> None:
+        self._sampled_at = time.monotonic()
         total = 0
         by_role: dict[str, int] = {}
         for pid in tree_pids(self.root):
@@ -179,13 +184,12 @@ class Watcher:
             import redis
 
             client = redis.Redis.from_url(self.redis_url)
-        tick = 0
+        every = self.interval * self.memory_every
         while not self._stop.is_set():
             if client is not None:
-                self._poll_redis(client)
-            if tick % self.memory_every == 0:
+                self._poll_redis(client)  # samples at each commit too
+            if time.monotonic() - self._sampled_at >= every:
                 self._sample_memory()
-            tick += 1
             self._stop.wait(self.interval)
         if client is not None:
             client.close()

@@ -154,6 +154,17 @@ PHASES = ("latestOffset", "queryPlanning", "walCommit", "addBatch", "commitOffse
           "triggerExecution")
 
 
+def cpu_text(run: KstormRun) -> str:
+    """The sentence on a run's CPU per batch after the first, by process ("": not measured)."""
+    cpu = run.steady_cpu_ms
+    if not cpu:
+        return ""
+    parts = ", ".join(f"{kind} {ms:.0f} ms" for kind, ms in cpu.items()
+                      if kind != "total" and ms >= 0.5)
+    return (f" CPU per batch after the first (all processes; moved less than wall time by other "
+            f"load on the machine): {cpu['total']:.0f} ms ({parts}).")
+
+
 def one_row_text(run: KstormRun) -> str:
     """The fixed cost of a batch: one offset per batch, end to end and by Spark's phases."""
     batches = run.report.get("spark_batches", [])[1:]  # the first batch also starts things
@@ -169,8 +180,8 @@ def one_row_text(run: KstormRun) -> str:
         f"kind in a topic of their own, {run.batches} batches, available-now): "
         f"**{fmt_ms(each)} per batch** end to end (mean time between consecutive "
         f"commits seen in Redis; target <= 200 ms {'met' if met else 'NOT met'}){per_commit}; "
-        f"every window exact: {'yes' if run.exact else 'NO'}. Spark's phases, median ms per "
-        "batch (`addBatch` is the Spark job and the commit phase):",
+        f"every window exact: {'yes' if run.exact else 'NO'}.{cpu_text(run)} Spark's phases, "
+        "median ms per batch (`addBatch` is the Spark job and the commit phase):",
         "",
         "| " + " | ".join(PHASES) + " |",
         "| " + " | ".join("---:" for _ in PHASES) + " |",

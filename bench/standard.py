@@ -59,6 +59,8 @@ class KstormRun:
     rss_by_role: dict[str, int] = field(default_factory=dict)
     commits: list[tuple[float, int, int]] = field(default_factory=list)
     report: dict[str, Any] = field(default_factory=dict)
+    # CPU milliseconds per batch by process role, from the first commit to the last one
+    steady_cpu_ms: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -186,7 +188,8 @@ def run_kstorm(setup: Setup, truth: Truth, n: int, max_offsets: int, *,
         hwm_sum_bytes=watcher.hwm_sum_bytes, late=report["late"],
         windows_emitted=len(got), exact=not problems, problems=problems,
         cpu_by_role=watcher.cpu_seconds_by_role(), rss_by_role=watcher.peak_rss_by_role,
-        report=report)
+        report=report,
+        steady_cpu_ms=steady_cpu_per_batch(watcher.commits, watcher.cpu_at_commits))
     (run_dir / "run.json").write_text(json.dumps(dataclasses.asdict(run), indent=1))
     return run
 
@@ -206,6 +209,29 @@ def steady_rate(commits: list[tuple[float, int, int]]) -> float | None:
     if t_last <= t1 or n_last <= n1:
         return None
     return (n_last - n1) / (t_last - t1)
+
+
+def steady_cpu_per_batch(commits: list[tuple[float, int, int]],
+                         cpu: list[dict[str, float]]) -> dict[str, float]:
+    """CPU milliseconds per batch by process role, from the first commit to the last one.
+
+    ``commits`` as in :func:`steady_rate`; ``cpu``: the tree's CPU seconds by role when each
+    was seen. The first batch (start-up) is left out, as the steady rate leaves it out.
+    Other load on the machine moves CPU time much less than wall time. Empty: fewer than two
+    batches apart.
+
+    Example:
+        >>> steady_cpu_per_batch([(1.0, 0, 1), (2.0, 1, 2), (3.0, 4, 5)],
+        ...                      [{"jvm": 5.0}, {"jvm": 5.1}, {"jvm": 5.4, "driver": 0.2}])
+        {'driver': 50.0, 'jvm': 100.0, 'total': 150.0}
+    """
+    if len(commits) < 2 or len(cpu) != len(commits) or commits[-1][1] <= commits[0][1]:
+        return {}
+    batches = commits[-1][1] - commits[0][1]
+    first, last = cpu[0], cpu[-1]
+    out = {kind: 1000 * (last[kind] - first.get(kind, 0.0)) / batches for kind in sorted(last)}
+    out["total"] = sum(out.values())
+    return {kind: round(ms, 1) for kind, ms in out.items()}
 
 
 def new_setup(workdir: Path, master: str, topic: str) -> Setup:

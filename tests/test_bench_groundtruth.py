@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from bench.events import START_MS, generate
 from bench.groundtruth import compare, ground_truth
 from bench.profile import bucket, parse_line
-from bench.standard import steady_rate
+from bench.standard import steady_cpu_per_batch, steady_rate
 
 # -- generator -------------------------------------------------------------------------------
 
@@ -150,6 +150,14 @@ def test_ground_truth_matches_the_naive_rules(rows, length, lag) -> None:
 def test_steady_rate_counts_events_after_the_first_commit() -> None:
     assert steady_rate([(10.0, 0, 250), (12.0, 1, 500), (14.0, 2, 1000)]) == 187.5
     assert steady_rate([(10.0, 0, 1000)]) is None
+
+
+def test_steady_cpu_is_per_batch_after_the_first_commit_by_role() -> None:
+    commits = [(1.0, 0, 1), (2.0, 1, 2), (3.0, 4, 5)]  # txids 0 -> 4: four batches
+    cpu = [{"jvm": 5.0}, {"jvm": 5.1}, {"jvm": 5.4, "driver": 0.2}]  # a role seen late
+    assert steady_cpu_per_batch(commits, cpu) == {"driver": 50.0, "jvm": 100.0, "total": 150.0}
+    assert steady_cpu_per_batch(commits[:1], cpu[:1]) == {}  # one batch: nothing steady
+    assert steady_cpu_per_batch(commits, cpu[:2]) == {}  # a commit without its sample
 
 
 def test_profile_lines_are_bucketed_by_process_and_code() -> None:
