@@ -79,6 +79,22 @@ def test_each_batch_arrives_as_to_arrow_gives_it(spark: Any, tmp_path: Path) -> 
     assert by_size[5000].column("n").to_pylist() == list(range(5000))
     assert by_size[0].schema.equals(by_size[3].schema)  # an empty batch keeps its schema
 
+def test_large_variable_width_types_as_the_session_sets_them(spark: Any, tmp_path: Path
+                                                               ) -> None:
+    folder = tmp_path / "in"
+    folder.mkdir()
+    _write(folder, 0, [{"name": "a", "n": 1, "raw": "r"}])
+    compare = Compare()
+    spark.conf.set("spark.sql.execution.arrow.useLargeVarTypes", "true")
+    try:
+        _run(spark, _stream(spark, folder), compare, tmp_path / "cp")
+    finally:
+        spark.conf.unset("spark.sql.execution.arrow.useLargeVarTypes")
+    (_, ours, theirs), = compare.batches
+    assert ours.schema.field("name").type == pa.large_string()
+    assert ours.equals(theirs)
+
+
 def _fail(value: Any) -> Any:
     raise ValueError(f"bad value {value}")
 

@@ -73,7 +73,9 @@ class ArrowRows:
 
     def __call__(self, frame: DataFrame) -> pa.Table:
         if self.schema is None:
-            large = frame.sparkSession.conf.get(LARGE_VAR_TYPES, "false") == "true"
+            # (no default given: conf.get(key, default) returns that default when the key is
+            # unset, whatever Spark's own default is)
+            large = frame.sparkSession.conf.get(LARGE_VAR_TYPES) == "true"
             self.schema = to_arrow_schema(frame.schema,
                                           error_on_duplicated_field_names_in_struct=True,
                                           timezone="UTC", prefers_large_types=large)
