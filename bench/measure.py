@@ -75,6 +75,12 @@ def role(pid: int) -> str:
     except OSError:
         return "other"
     text = b" ".join(argv).decode(errors="replace")
+    if b"kstorm._spark.zygote" in argv:  # forked from kstorm's zygote: named after its module
+        try:
+            name = Path(f"/proc/{pid}/comm").read_text().strip()
+        except OSError:
+            return "other"
+        return "python workers" if name == "ks:worker" else "python helpers (Spark)"
     if argv and argv[0].endswith(b"java"):
         return "jvm (Spark)"
     if not argv or b"python" not in os.path.basename(argv[0]):

@@ -62,7 +62,7 @@ def spark() -> Iterator[Any]:
     os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
     from pyspark.sql import SparkSession
 
-    from kstorm._spark.session import launch_options
+    from kstorm._spark.session import launch_options, zygote_after_launch, zygote_before_launch
     from kstorm.config import TopologyConfig
 
     settings = TopologyConfig.from_conf(
@@ -80,8 +80,10 @@ def spark() -> Iterator[Any]:
     builder = SparkSession.builder
     for key, value in options.items():
         builder = builder.config(key, value)
+    forked = zygote_before_launch(settings)  # Python processes forked, as kstorm's are
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
+    zygote_after_launch(session, forked)
     yield session
     session.stop()
 

@@ -2,7 +2,8 @@
 
 Runs a small ListSpout topology with ``run_to_completion`` (planners kept), counting the
 read-planner workers kstorm started ahead, and prints one JSON line: the rows the sink got,
-the planner modules Spark has, the workers of the read planner, and kstorm's starts.
+the planner modules Spark has, the workers of the read planner, kstorm's starts, and the
+name of each Python process a bolt ran in (``ks:worker`` when forked from kstorm's zygote).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import json
 from typing import Any
 
 import kstorm._spark.session as session
-from kstorm import Fields, TopologyBuilder
+from kstorm import BaseBasicBolt, Fields, TopologyBuilder
 from kstorm.testing import CaptureSink, ListSpout, run_to_completion
 
 started: list[str] = []
@@ -28,11 +29,23 @@ def counting_worker_calls(spark: Any) -> tuple[Any, Any]:
     return counted, release
 
 
+class Where(BaseBasicBolt):
+    """Emits each number with the name of the process that ran it."""
+
+    def execute(self, tuple_: Any, collector: Any) -> None:
+        with open("/proc/self/comm") as comm:
+            collector.emit([tuple_.get_value(0), comm.read().strip()])
+
+    def declare_output_fields(self, declarer: Any) -> None:
+        declarer.declare(Fields("n", "process"))
+
+
 def main() -> None:
     session._worker_calls = counting_worker_calls
     builder = TopologyBuilder()
     builder.set_spout("numbers", ListSpout([[[i] for i in range(5)], [[5]]], Fields("n")))
-    builder.set_bolt("out", CaptureSink(), 1).shuffle_grouping("numbers")
+    builder.set_bolt("where", Where(), 2).shuffle_grouping("numbers")
+    builder.set_bolt("out", CaptureSink(), 1).shuffle_grouping("where")
     result = run_to_completion(builder.create_topology(), {"kstorm.spark.master": "local[2]"})
     spark = session.SparkSession.getActiveSession()
     _, found = session._planner_factories(spark, (session.LOOKUP_PLANNER,
@@ -43,7 +56,8 @@ def main() -> None:
     read = [workers.get(f).size() for key, f in found if key.workerModule() == session.PLAN_READ]
     print(json.dumps({"rows": sorted(v[0] for v in result.sinks["out"].values),
                       "planners": sorted(key.workerModule() for key, _ in found),
-                      "read_workers": read, "started": started}))
+                      "read_workers": read, "started": started,
+                      "processes": sorted({v[1] for v in result.sinks["out"].values})}))
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 
 In a process of its own (a JVM kstorm starts): Spark's lookup of pip-installed Python data
 sources is not run, and the read planner's worker, started by kstorm while the query
-starts, is the one Spark plans the first batch with (no second worker); every row arrives.
+starts, is the one Spark plans the first batch with (no second worker); every row arrives;
+the bolts run in Python workers forked from kstorm's zygote (kstorm/_spark/zygote.py).
 """
 
 from __future__ import annotations
@@ -36,3 +37,4 @@ def test_a_kstorm_session_skips_the_lookup_and_plans_with_the_read_planner_start
     assert CREATE_SOURCE in report["planners"]
     assert report["started"] == [PLAN_READ]  # kstorm started it, once
     assert report["read_workers"] == [1]  # and Spark planned with that worker
+    assert report["processes"] == ["ks:worker"]  # Python workers forked from the zygote

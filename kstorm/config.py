@@ -118,6 +118,7 @@ class TopologyConfig(BaseModel):
     spark_conf: dict[str, str] = Field(default_factory=dict, alias="kstorm.spark.conf")
     spark_class_cache: bool = Field(True, alias="kstorm.spark.class.cache")
     release_planners: bool = Field(True, alias="kstorm.spark.release.planners")
+    python_zygote: bool = Field(True, alias="kstorm.spark.python.zygote")
     # errors and bad input
     bolt_error_policy: BoltErrorPolicy = Field(BoltErrorPolicy.DEAD_LETTER,
                                                alias="kstorm.bolt.error.policy")

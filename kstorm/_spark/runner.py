@@ -38,7 +38,7 @@ from kstorm._spark.batch_rows import foreach_batch
 from kstorm._spark.commit import UNACKED_STATE, CommitPhase, window_state_key
 from kstorm._spark.compiler import compile_query
 from kstorm._spark.offset_log import last_committed_batch, next_batch_id, replay_last_batch
-from kstorm._spark.session import get_session, start_read_planner
+from kstorm._spark.session import get_session, start_read_planner, start_zygote
 from kstorm._spark.stage import release_instances
 from kstorm._spark.windowed import WindowCommit
 from kstorm.config import Guarantee, TopologyConfig, TriggerMode
@@ -56,6 +56,7 @@ def start(name: str, conf: dict[str, Any], topology: StormTopology) -> TopologyH
     settings = TopologyConfig.from_conf(conf)
     if settings.debug:
         _show_debug_log()
+    start_zygote(settings)  # imports pyspark for Spark's Python processes meanwhile
     topology = with_connections(topology, settings)
     _check_transactional(topology, settings)
     # Step 2

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shutil
 import sys
 import threading
 import time
@@ -14,7 +15,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from kstorm._spark import hadoop_fs, launch
+from kstorm._spark import hadoop_fs, launch, zygote
 from kstorm._spark.java import check_java
 from kstorm._spark.launch import log_path
 from kstorm.config import TopologyConfig
@@ -192,14 +193,79 @@ def get_session(settings: TopologyConfig, *, record_class_cache: bool = False,
                                          app_name=app_name).items():
             builder = builder.config(key, value)
         _in_background(_import_numpy_check)
+        forked = zygote_before_launch(settings)
         with _jvm_output_to(log_path()):
             spark = builder.getOrCreate()
         spark.sparkContext.setLogLevel("ERROR")
+        zygote_after_launch(spark, forked)
         log.info("Spark %s started (%s); JVM and Python worker output in %s", spark.version,
                  spark.sparkContext.master, log_path())
         _skip_installed_data_source_lookup(spark)
         _warm_workers(spark)
         return spark
+
+
+def zygote_wanted(settings: TopologyConfig) -> bool:
+    """Whether a session kstorm starts now forks Spark's Python processes (zygote.py).
+
+    ``kstorm.spark.python.zygote`` on, Linux, a local master (a cluster's executors start
+    their own Python), and ``PYSPARK_PYTHON`` unset or this interpreter.
+    """
+    if not settings.python_zygote or not (settings.spark_master or "").startswith("local"):
+        return False
+    python = os.environ.get("PYSPARK_PYTHON") or sys.executable
+    python = shutil.which(python) or python
+    if os.path.realpath(python) != os.path.realpath(sys.executable):
+        return False
+    return zygote.launcher() is not None
+
+
+def zygote_before_launch(settings: TopologyConfig) -> bool:
+    """Before a session starts: whether it forks from the zygote (the JVM gets its socket).
+
+    A JVM already running (``spark-submit``, a session stopped earlier in this process)
+    has the socket only if it was started with it.
+    """
+    if not zygote_wanted(settings):
+        return False
+    if _jvm_running():
+        return os.environ.get(zygote.ENV) == zygote.socket_path()
+    os.environ[zygote.ENV] = zygote.socket_path()  # the JVM and its children have it
+    return True
+
+
+def _jvm_running() -> bool:
+    """Whether this process's JVM runs already (its environment is fixed)."""
+    from pyspark import SparkContext
+
+    return SparkContext._gateway is not None or "PYSPARK_GATEWAY_PORT" in os.environ
+
+
+def zygote_after_launch(spark: SparkSession, forked: bool) -> None:
+    """After: the session's Python processes start through the zygote's launcher, or not."""
+    if forked:
+        spark.sparkContext.pythonExec = zygote.launcher()
+    else:
+        zygote.stop()
+
+
+def start_zygote(settings: TopologyConfig) -> None:
+    """Start the zygote as a query starts, if its session forks from it (or will)."""
+    from pyspark import SparkContext
+
+    sc = SparkContext._active_spark_context
+    if sc is None:
+        wanted = zygote_wanted(settings) and (
+            not _jvm_running() or os.environ.get(zygote.ENV) == zygote.socket_path())
+    else:
+        wanted = (settings.python_zygote and os.environ.get(zygote.ENV) is not None
+                  and sc.pythonExec == zygote.launcher())
+    if wanted:
+        try:
+            zygote.ensure_running()
+        except OSError as exc:  # start-up speed only: Spark starts Python as usual
+            log.warning("kstorm could not start its Python zygote (%s); Spark's Python "
+                        "processes start as usual", exc)
 
 
 # Spark's Python data-source planners: each a daemon and a forked worker, used while a query

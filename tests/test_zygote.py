@@ -1,0 +1,180 @@
+"""The zygote Spark's Python processes are forked from (kstorm/_spark/zygote.py).
+
+Real processes, no Spark: the launcher is run as Spark runs Python (``launcher -m module
+args``) with a probe module, against a real zygote.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from kstorm._spark import session, zygote
+from kstorm.config import TopologyConfig
+
+pytestmark = pytest.mark.skipif(not zygote.supported(), reason="the zygote needs Linux")
+
+PROBE = '''
+import json, os, sys, time
+out = {"argv": sys.argv[1:], "cwd": os.getcwd(), "pid": os.getpid(), "ppid": os.getppid(),
+       "x": os.environ.get("PROBE_X"), "stdin": sys.stdin.readline().strip(),
+       "hash": hash("kstorm"), "path0": sys.path[1]}
+print(json.dumps(out), flush=True)
+if "--sleep" in sys.argv:
+    time.sleep(float(sys.argv[-1]))
+sys.exit(int(os.environ.get("PROBE_EXIT", "0")))
+'''
+
+
+@pytest.fixture
+def probe(tmp_path: Path) -> Path:
+    mod = tmp_path / "mods"
+    mod.mkdir()
+    (mod / "zygote_probe.py").write_text(PROBE)
+    return mod
+
+
+@pytest.fixture
+def running() -> subprocess.Popen[bytes]:
+    zygote.stop()
+    zygote.ensure_running(idle_s=30.0)
+    assert zygote._proc is not None
+    yield zygote._proc
+    zygote.stop()
+
+
+def _env(probe: Path, **extra: str) -> dict[str, str]:
+    env = dict(os.environ, PYTHONPATH=str(probe), PROBE_X="x-value",
+               PYTHONHASHSEED=os.environ.get("PYTHONHASHSEED", "0"), PYTHONUNBUFFERED="YES")
+    env[zygote.ENV] = zygote.socket_path()
+    env.update(extra)
+    return env
+
+
+def _launch(probe: Path, tmp_path: Path, *args: str, **extra: str) -> subprocess.Popen[str]:
+    launcher = zygote.launcher()
+    assert launcher is not None
+    return subprocess.Popen([launcher, "-m", "zygote_probe", *args], env=_env(probe, **extra),
+                            cwd=tmp_path, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            text=True)
+
+
+def _result(proc: subprocess.Popen[str], stdin: str = "hello\n") -> dict:
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write(stdin)
+    proc.stdin.flush()
+    return json.loads(proc.stdout.readline())
+
+
+def test_a_forked_child_runs_the_module_as_python_would(running, probe, tmp_path) -> None:
+    proc = _launch(probe, tmp_path, "a1", "a2", PROBE_EXIT="3")
+    out = _result(proc)
+    assert proc.wait(timeout=30) == 3  # the child's exit status is the launcher's
+    assert out["ppid"] == running.pid  # forked from the zygote, not a new interpreter
+    assert out["argv"] == ["a1", "a2"]
+    assert out["cwd"] == str(tmp_path)
+    assert out["x"] == "x-value"
+    assert out["stdin"] == "hello"  # the launcher's standard streams are the child's
+    assert out["path0"] == str(probe)  # PYTHONPATH first, as for python -m
+    fresh = subprocess.run([sys.executable, "-c", "print(hash('kstorm'))"], env=_env(probe),
+                           capture_output=True, text=True, check=True)
+    assert out["hash"] == int(fresh.stdout)  # the same hash seed as a new interpreter
+
+
+def test_a_signal_to_the_launcher_reaches_the_child(running, probe, tmp_path) -> None:
+    proc = _launch(probe, tmp_path, "--sleep", "60")
+    child = _result(proc)["pid"]
+    proc.send_signal(signal.SIGTERM)  # as Spark stops its Python processes
+    assert proc.wait(timeout=30) == -signal.SIGTERM
+    _gone(child)
+
+
+def test_a_killed_launcher_takes_its_child_down(running, probe, tmp_path) -> None:
+    proc = _launch(probe, tmp_path, "--sleep", "60")
+    child = _result(proc)["pid"]
+    proc.kill()
+    proc.wait(timeout=30)
+    _gone(child)
+
+
+@pytest.mark.parametrize("extra", [{"PYTHONHASHSEED": "7"}, {"PYTHONIOENCODING": "latin-1"}])
+def test_what_a_fork_cannot_reproduce_runs_in_a_new_interpreter(running, probe, tmp_path,
+                                                                 extra) -> None:
+    proc = _launch(probe, tmp_path, "b", **extra)
+    out = _result(proc)
+    assert proc.wait(timeout=30) == 0
+    assert out["pid"] == proc.pid  # the launcher became the interpreter (exec)
+    assert out["argv"] == ["b"] and out["stdin"] == "hello"
+
+
+def test_without_a_zygote_the_launcher_runs_python(probe, tmp_path) -> None:
+    zygote.stop()
+    proc = _launch(probe, tmp_path, "c", PROBE_EXIT="4")
+    out = _result(proc)
+    assert proc.wait(timeout=30) == 4
+    assert out["pid"] == proc.pid and out["argv"] == ["c"]
+
+
+def test_the_zygote_lives_while_its_children_do_then_exits_when_idle(probe, tmp_path) -> None:
+    zygote.stop()
+    zygote.ensure_running(idle_s=0.5)
+    proc = _launch(probe, tmp_path, "--sleep", "2")
+    out = _result(proc)
+    assert out["ppid"] == zygote._proc.pid
+    time.sleep(1.0)
+    assert zygote._proc.poll() is None  # idle, but the parent of a running child
+    assert proc.wait(timeout=30) == 0
+    zygote._proc.wait(timeout=30)  # its last child reaped, idle: gone
+    zygote.stop()
+
+
+def test_a_child_outlives_a_stopped_zygote(probe, tmp_path) -> None:
+    zygote.stop()
+    zygote.ensure_running(idle_s=30.0)
+    proc = _launch(probe, tmp_path, "--sleep", "2")
+    out = _result(proc)
+    zygote.stop()  # the driver lets go while the child runs
+    assert proc.poll() is None  # the launcher waits for the child, not for the zygote
+    assert proc.wait(timeout=30) == 0
+    _gone(out["pid"])
+
+
+def test_the_zygote_stops_when_the_driver_lets_go(running) -> None:
+    zygote.stop()
+    assert running.poll() is not None
+    assert not os.path.exists(zygote.socket_path())
+
+
+def test_only_local_sessions_of_this_interpreter_fork(monkeypatch) -> None:
+    local = TopologyConfig.from_conf({"kstorm.spark.master": "local[2]"})
+    monkeypatch.delenv("PYSPARK_PYTHON", raising=False)
+    assert session.zygote_wanted(local)
+    assert not session.zygote_wanted(TopologyConfig.from_conf(
+        {"kstorm.spark.master": "local[2]", "kstorm.spark.python.zygote": False}))
+    assert not session.zygote_wanted(TopologyConfig.from_conf(
+        {"kstorm.spark.master": "spark://127.0.0.1:7077"}))
+    monkeypatch.setenv("PYSPARK_PYTHON", "/usr/bin/true")
+    assert not session.zygote_wanted(local)  # another interpreter: Spark starts it
+
+
+def _gone(pid: int, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        try:  # a zombie child of this test's zygote counts as gone
+            if Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] == "Z":
+                return
+        except OSError:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"process {pid} still runs")
