@@ -39,14 +39,9 @@ class BatchFunction:
     def __init__(self, session: SparkSession, func: Callable[[DataFrame, int], None]) -> None:
         self.session = session
         self.func = func
-        self.error: BaseException | None = None
 
     def call(self, jdf: Any, batch_id: int) -> None:
-        try:
-            self.func(DataFrame(jdf, self.session), batch_id)
-        except Exception as exc:
-            self.error = exc
-            raise
+        self.func(DataFrame(jdf, self.session), batch_id)
 
     class Java:
         implements = ["org.apache.spark.sql.execution.streaming.sources."
@@ -90,4 +85,3 @@ class ArrowRows:
             return self.schema.empty_table()
         table = pa.Table.from_batches(batches)
         return table if table.schema.equals(self.schema) else table.cast(self.schema)
-
