@@ -164,6 +164,19 @@ def test_only_local_sessions_of_this_interpreter_fork(monkeypatch) -> None:
     assert not session.zygote_wanted(local)  # another interpreter: Spark starts it
 
 
+def test_no_launcher_where_the_temporary_directory_is_mounted_noexec(monkeypatch) -> None:
+    real = os.statvfs
+
+    class NoExec:
+        def __init__(self, path: str) -> None:
+            self.f_flag = real(path).f_flag | os.ST_NOEXEC
+
+    monkeypatch.setattr(zygote.os, "statvfs", NoExec)
+    assert zygote.launcher() is None  # Spark starts Python as usual
+    assert not session.zygote_wanted(
+        TopologyConfig.from_conf({"kstorm.spark.master": "local[2]"}))
+
+
 def _gone(pid: int, timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

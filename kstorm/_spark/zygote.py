@@ -160,6 +160,8 @@ def launcher() -> str | None:
     exe = os.path.realpath(sys.executable)
     if not supported() or len(exe) > 120 or len(socket_path()) > 100:
         return None  # a shebang line and a Unix socket path have length limits
+    if os.statvfs(_workdir()).f_flag & os.ST_NOEXEC:
+        return None  # a temporary directory mounted noexec: Spark could not run it
     path = _workdir() / "python"
     if not path.exists():
         tmp = path.with_suffix(".tmp")
