@@ -57,7 +57,11 @@ PRELOAD = ("pyspark.daemon", "pyspark.worker", "pyspark.sql.worker.create_data_s
            "kstorm", "kstorm._spark.kafka_source", "_kstorm_daemon")
 
 LAUNCHER = '''#!{exe} -IS
-"""kstorm's launcher for Spark's Python processes (kstorm/_spark/zygote.py)."""
+"""kstorm's launcher for Spark's Python processes (kstorm/_spark/zygote.py).
+
+It starts on every process Spark starts: only C modules (``_socket``, ``_signal``), no
+``socket``/``signal``/``struct`` (their imports cost as much again as the interpreter).
+"""
 import os
 import sys
 
@@ -71,12 +75,10 @@ def run_python():
 addr = os.environ.get({env!r})
 if not addr or len(sys.argv) < 3 or sys.argv[1] != "-m":
     run_python()
-import array
+import _signal
+import _socket
 import marshal
 import select
-import signal
-import socket
-import struct
 
 
 def recv(sock, n):
@@ -89,16 +91,17 @@ def recv(sock, n):
     return data
 
 
-sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
 try:
     sock.connect(addr)
     body = marshal.dumps((sys.argv[2:], dict(os.environ), os.getcwd()))
-    sock.sendmsg([struct.pack("!I", len(body)), body],
-                 [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [0, 1, 2]))])
+    fds = b"".join(fd.to_bytes(4, sys.byteorder) for fd in (0, 1, 2))
+    sock.sendmsg([len(body).to_bytes(4, "big"), body],
+                 [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, fds)])
     head = recv(sock, 4)
 except OSError:
     head = None
-pid = struct.unpack("!i", head)[0] if head else 0
+pid = int.from_bytes(head, "big", signed=True) if head else 0
 if pid <= 0:
     sock.close()
     run_python()
@@ -111,8 +114,9 @@ def forward(signum, frame):
         pass
 
 
-for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2):
-    signal.signal(signum, forward)
+for signum in (_signal.SIGTERM, _signal.SIGHUP, _signal.SIGQUIT, _signal.SIGUSR1,
+               _signal.SIGUSR2):
+    _signal.signal(signum, forward)
 try:
     status = recv(sock, 4)
 except OSError:
@@ -124,9 +128,9 @@ if status is None:  # the zygote exited before its child: wait for the child its
     except OSError:
         pass
     os._exit(0)
-code = os.waitstatus_to_exitcode(struct.unpack("!i", status)[0])
+code = os.waitstatus_to_exitcode(int.from_bytes(status, "big", signed=True))
 if code < 0:
-    signal.signal(-code, signal.SIG_DFL)
+    _signal.signal(-code, _signal.SIG_DFL)
     os.kill(os.getpid(), -code)
 os._exit(code)
 '''
