@@ -152,6 +152,24 @@ def test_the_zygote_stops_when_the_driver_lets_go(running) -> None:
     assert not os.path.exists(zygote.socket_path())
 
 
+def test_a_killed_driver_leaves_no_directory_behind(tmp_path) -> None:
+    driver = subprocess.Popen(  # a driver that starts its zygote, then is SIGKILLed
+        [sys.executable, "-c", "import sys, time\n"
+         "from kstorm._spark import zygote\n"
+         "zygote.launcher()\nzygote.ensure_running()\n"
+         "print(zygote.socket_path(), flush=True)\ntime.sleep(60)"],
+        stdout=subprocess.PIPE, text=True)
+    assert driver.stdout is not None
+    workdir = Path(driver.stdout.readline().strip()).parent
+    assert (workdir / "python").exists()
+    driver.kill()
+    driver.wait(timeout=30)
+    deadline = time.monotonic() + 30
+    while workdir.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not workdir.exists()  # the zygote saw its driver go and removed it
+
+
 def test_only_local_sessions_of_this_interpreter_fork(monkeypatch) -> None:
     local = TopologyConfig.from_conf({"kstorm.spark.master": "local[2]"})
     monkeypatch.delenv("PYSPARK_PYTHON", raising=False)

@@ -205,7 +205,7 @@ def ensure_running(idle_s: float = IDLE_S) -> None:
             listener.listen(64)
             _proc = subprocess.Popen(  # noqa: S603
                 [sys.executable, "-m", "kstorm._spark.zygote", str(listener.fileno()),
-                 str(idle_s)],
+                 str(idle_s), str(os.getpid())],
                 stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=err, env=env,
                 cwd=os.getcwd(), pass_fds=(listener.fileno(),))
         finally:
@@ -243,8 +243,12 @@ def _cleanup() -> None:
 
 # ---- the zygote process -----------------------------------------------------------------
 
-def serve(fd: int, idle_s: float = IDLE_S, first_s: float = 120.0) -> None:
-    """Accept the launchers' requests on the listening socket ``fd`` (module docstring)."""
+def serve(fd: int, idle_s: float = IDLE_S, driver: int | None = None,
+          first_s: float = 120.0) -> None:
+    """Accept the launchers' requests on the listening socket ``fd`` (module docstring).
+
+    ``driver``: the process that started this one (its parent until it dies).
+    """
     import selectors
     import signal
 
@@ -254,6 +258,7 @@ def serve(fd: int, idle_s: float = IDLE_S, first_s: float = 120.0) -> None:
     listener = socket.socket(fileno=fd)
     path = listener.getsockname()
     inode = os.stat(path).st_ino
+    driver = os.getppid() if driver is None else driver
     _preload()
     wake_r, wake_w = socket.socketpair()
     wake_w.setblocking(False)
@@ -309,6 +314,10 @@ def serve(fd: int, idle_s: float = IDLE_S, first_s: float = 120.0) -> None:
             os.unlink(path)
     except OSError:
         pass
+    workdir = os.path.dirname(path)
+    if os.getppid() != driver and os.path.basename(workdir).startswith("kstorm-zygote-"):
+        # the driver was killed (its exit would have removed it): remove its private directory
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def _monotonic() -> float:
@@ -526,4 +535,5 @@ def _recv(conn, n: int) -> bytes | None:  # noqa: ANN001
 
 
 if __name__ == "__main__":
-    serve(int(sys.argv[1]), float(sys.argv[2]) if len(sys.argv) > 2 else IDLE_S)
+    serve(int(sys.argv[1]), float(sys.argv[2]) if len(sys.argv) > 2 else IDLE_S,
+          int(sys.argv[3]) if len(sys.argv) > 3 else None)
