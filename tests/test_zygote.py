@@ -53,7 +53,7 @@ def running() -> subprocess.Popen[bytes]:
 def _env(probe: Path, **extra: str) -> dict[str, str]:
     env = dict(os.environ, PYTHONPATH=str(probe), PROBE_X="x-value",
                PYTHONHASHSEED=os.environ.get("PYTHONHASHSEED", "0"), PYTHONUNBUFFERED="YES")
-    env[zygote.ENV] = zygote.socket_path()
+    env[zygote.ENV] = zygote.address()
     env.update(extra)
     return env
 
@@ -149,25 +149,72 @@ def test_a_child_outlives_a_stopped_zygote(probe, tmp_path) -> None:
 def test_the_zygote_stops_when_the_driver_lets_go(running) -> None:
     zygote.stop()
     assert running.poll() is not None
-    assert not os.path.exists(zygote.socket_path())
+    _refused(zygote.address())  # its address went with it
 
 
-def test_a_killed_driver_leaves_no_directory_behind(tmp_path) -> None:
+def test_a_killed_driver_leaves_nothing_behind(tmp_path) -> None:
+    cache = tmp_path / "cache"
     driver = subprocess.Popen(  # a driver that starts its zygote, then is SIGKILLed
-        [sys.executable, "-c", "import sys, time\n"
+        [sys.executable, "-c", "import time\n"
          "from kstorm._spark import zygote\n"
-         "zygote.launcher()\nzygote.ensure_running()\n"
-         "print(zygote.socket_path(), flush=True)\ntime.sleep(60)"],
-        stdout=subprocess.PIPE, text=True)
+         "print(zygote.launcher(), zygote.address(), flush=True)\n"
+         "zygote.ensure_running()\n"
+         "print(zygote._proc.pid, flush=True)\ntime.sleep(60)"],
+        stdout=subprocess.PIPE, text=True, env=dict(os.environ, KSTORM_CACHE_DIR=str(cache)))
     assert driver.stdout is not None
-    workdir = Path(driver.stdout.readline().strip()).parent
-    assert (workdir / "python").exists()
+    launcher, address = driver.stdout.readline().split()
+    pid = int(driver.stdout.readline())
     driver.kill()
     driver.wait(timeout=30)
-    deadline = time.monotonic() + 30
-    while workdir.exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not workdir.exists()  # the zygote saw its driver go and removed it
+    _gone(pid)  # the zygote saw its driver go
+    _refused(address)  # the kernel removed its address
+    # the one file left is the launcher, shared by every driver of this interpreter
+    assert sorted(p.name for p in (cache / "zygote").iterdir()) == [Path(launcher).name]
+
+
+def test_drivers_share_one_launcher(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("KSTORM_CACHE_DIR", str(tmp_path / "cache"))
+    first = zygote.launcher()
+    assert first is not None and first == zygote.launcher()
+    assert os.stat(first).st_mode & 0o777 == 0o700
+    other = subprocess.run([sys.executable, "-c", "from kstorm._spark import zygote\n"
+                            "print(zygote.launcher(), zygote.address())"],
+                           capture_output=True, text=True, check=True).stdout.split()
+    assert other[0] == first and other[1] != zygote.address()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs a second user: run as root")
+def test_another_user_gets_no_fork(running) -> None:
+    import socket
+
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # as "nobody", send a launcher's request
+        code = 1
+        try:
+            os.setgid(65534)
+            os.setuid(65534)
+            with socket.socket(socket.AF_UNIX) as sock:
+                sock.settimeout(30)
+                sock.connect("\0" + zygote.address()[1:])
+                fds = b"".join(fd.to_bytes(4, sys.byteorder) for fd in (0, 1, 2))
+                sock.sendmsg([b"\0\0\0\1", b"N"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
+                try:
+                    answer = sock.recv(4)
+                except ConnectionResetError:  # closed with the request unread
+                    answer = b""
+                os.write(write, repr(answer).encode())
+            code = 0
+        except BaseException as exc:  # noqa: BLE001 - for the test's message
+            os.write(write, repr(exc).encode())
+        finally:
+            os._exit(code)
+    os.close(write)
+    with os.fdopen(read) as answer:
+        got = answer.read()
+    assert os.waitpid(pid, 0)[1] == 0, got
+    assert got == "b''"  # closed without a pid: nothing was forked
+    assert running.poll() is None
 
 
 def test_only_local_sessions_of_this_interpreter_fork(monkeypatch) -> None:
@@ -182,7 +229,7 @@ def test_only_local_sessions_of_this_interpreter_fork(monkeypatch) -> None:
     assert not session.zygote_wanted(local)  # another interpreter: Spark starts it
 
 
-def test_no_launcher_where_the_temporary_directory_is_mounted_noexec(monkeypatch) -> None:
+def test_no_launcher_where_the_cache_directory_is_mounted_noexec(monkeypatch) -> None:
     real = os.statvfs
 
     class NoExec:
@@ -193,6 +240,13 @@ def test_no_launcher_where_the_temporary_directory_is_mounted_noexec(monkeypatch
     assert zygote.launcher() is None  # Spark starts Python as usual
     assert not session.zygote_wanted(
         TopologyConfig.from_conf({"kstorm.spark.master": "local[2]"}))
+
+
+def _refused(address: str) -> None:
+    import socket
+
+    with socket.socket(socket.AF_UNIX) as sock, pytest.raises(ConnectionRefusedError):
+        sock.connect("\0" + address[1:])
 
 
 def _gone(pid: int, timeout: float = 30.0) -> None:

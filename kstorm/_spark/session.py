@@ -221,17 +221,21 @@ def zygote_wanted(settings: TopologyConfig) -> bool:
 
 
 def zygote_before_launch(settings: TopologyConfig) -> bool:
-    """Before a session starts: whether it forks from the zygote (the JVM gets its socket).
+    """Before a session starts: whether it forks from the zygote (the JVM gets its address).
 
     A JVM already running (``spark-submit``, a session stopped earlier in this process)
-    has the socket only if it was started with it.
+    has the address only if it was started with it.
     """
-    if not zygote_wanted(settings):
+    if not _forks_without_session(settings):
         return False
-    if _jvm_running():
-        return os.environ.get(zygote.ENV) == zygote.socket_path()
-    os.environ[zygote.ENV] = zygote.socket_path()  # the JVM and its children have it
+    os.environ[zygote.ENV] = zygote.address()  # the JVM and its children have it
     return True
+
+
+def _forks_without_session(settings: TopologyConfig) -> bool:
+    """Whether a session started now forks: wanted, and the JVM (if running) has the address."""
+    return zygote_wanted(settings) and (
+        not _jvm_running() or os.environ.get(zygote.ENV) == zygote.address())
 
 
 def _jvm_running() -> bool:
@@ -255,8 +259,7 @@ def start_zygote(settings: TopologyConfig) -> None:
 
     sc = SparkContext._active_spark_context
     if sc is None:
-        wanted = zygote_wanted(settings) and (
-            not _jvm_running() or os.environ.get(zygote.ENV) == zygote.socket_path())
+        wanted = _forks_without_session(settings)
     else:
         wanted = (settings.python_zygote and os.environ.get(zygote.ENV) is not None
                   and sc.pythonExec == zygote.launcher())

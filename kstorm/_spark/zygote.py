@@ -8,12 +8,14 @@ JVM needs the same cores). Here a *zygote* imports them once, beside the JVM's s
 Spark's processes are forked from it:
 
 - The session's Python executable (``SparkContext.pythonExec``) is a small launcher
-  (:data:`LAUNCHER`, written to a private directory). Spark runs it as it would run Python
-  (``launcher -m <module> ...``). The launcher hands its arguments, environment, working
-  directory and standard streams (``SCM_RIGHTS``) to the zygote over a Unix socket; the
-  zygote forks, the child takes them and runs the module as ``python -m`` would. The
-  launcher stays as Spark's process: it forwards signals to the child and exits with its
-  status.
+  (:data:`LAUNCHER`, one file per interpreter in kstorm's cache directory, shared by every
+  driver). Spark runs it as it would run Python (``launcher -m <module> ...``). The
+  launcher hands its arguments, environment, working directory and standard streams
+  (``SCM_RIGHTS``) to the zygote over a Unix socket in the abstract namespace (nothing on
+  disk: a killed driver leaves nothing behind); the zygote forks only for a peer of its
+  own user (``SO_PEERCRED``), the child takes them and runs the module as ``python -m``
+  would. The launcher stays as Spark's process: it forwards signals to the child and
+  exits with its status.
 - Anything the zygote cannot do exactly as a new interpreter would is refused and the
   launcher ``exec``s the real interpreter instead: arguments other than ``-m``, a
   ``PYTHON*`` variable that differs from the zygote's (the hash seed, ...), a pyspark or
@@ -34,21 +36,21 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import hashlib
 import logging
 import os
-import shutil
+import secrets
 import socket
 import subprocess
 import sys
 import tempfile
 import threading
 from collections.abc import Mapping
-from pathlib import Path
 
 log = logging.getLogger("kstorm.spark")
 
 IDLE_S = 5.0  # a query's helpers start within ~2 s of each other on a busy 2-core machine
-ENV = "KSTORM_ZYGOTE"  # the zygote's socket, in the JVM's (and so the launcher's) environment
+ENV = "KSTORM_ZYGOTE"  # the zygote's address, in the JVM's (and so the launcher's) environment
 
 # The modules Spark's helpers run and what they unpickle (kstorm's data source).
 PRELOAD = ("pyspark.daemon", "pyspark.worker", "pyspark.sql.worker.create_data_source",
@@ -73,8 +75,9 @@ def run_python():
 
 
 addr = os.environ.get({env!r})
-if not addr or len(sys.argv) < 3 or sys.argv[1] != "-m":
+if not addr or not addr.startswith("@") or len(sys.argv) < 3 or sys.argv[1] != "-m":
     run_python()
+addr = "\\0" + addr[1:]  # a socket in the abstract namespace
 import _signal
 import _socket
 import marshal
@@ -136,8 +139,9 @@ os._exit(code)
 '''
 
 _lock = threading.Lock()
-_dir: Path | None = None
+_address: str | None = None
 _proc: subprocess.Popen[bytes] | None = None
+_stop_registered = False
 
 
 def supported() -> bool:
@@ -146,38 +150,62 @@ def supported() -> bool:
         hasattr(os, "fork")
 
 
-def _workdir() -> Path:
-    global _dir
-    if _dir is None:
-        _dir = Path(tempfile.mkdtemp(prefix="kstorm-zygote-"))
-        atexit.register(_cleanup)
-    return _dir
+def address() -> str:
+    """The zygote address of this process (fixed for its life: the JVM has it in its environment).
+
+    ``@`` then a name in the abstract socket namespace: unique to this driver, removed by
+    the kernel when its zygote exits.
+    """
+    global _address
+    if _address is None:
+        _address = f"@kstorm-zygote-{os.getpid()}-{secrets.token_hex(8)}"
+    return _address
 
 
-def socket_path() -> str:
-    """The zygote socket of this process (fixed for its life: the JVM has it)."""
-    return str(_workdir() / "sock")
+def _bind_address() -> str:
+    return "\0" + address()[1:]
 
 
 def launcher() -> str | None:
-    """The launcher's path (written on first use), or None where it cannot work."""
+    """The launcher's path (written on first use), or None where it cannot work.
+
+    One file per interpreter (its content depends only on the interpreter's path) in
+    ``<cache>/zygote``; None where that directory cannot hold an executable (unwritable,
+    mounted ``noexec``): Spark then starts Python as usual.
+    """
     exe = os.path.realpath(sys.executable)
-    if not supported() or len(exe) > 120 or len(socket_path()) > 100:
-        return None  # a shebang line and a Unix socket path have length limits
-    if os.statvfs(_workdir()).f_flag & os.ST_NOEXEC:
-        return None  # a temporary directory mounted noexec: Spark could not run it
-    path = _workdir() / "python"
-    if not path.exists():
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(LAUNCHER.format(exe=exe, env=ENV))
-        tmp.chmod(0o700)
-        tmp.replace(path)
+    if not supported() or len(exe) > 120:
+        return None  # a shebang line has a length limit
+    from kstorm._spark.launch import cache_dir
+
+    text = LAUNCHER.format(exe=exe, env=ENV)
+    folder = cache_dir() / "zygote"
+    path = folder / f"python-{hashlib.sha256(text.encode()).hexdigest()[:16]}"
+    try:
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if os.statvfs(folder).f_flag & os.ST_NOEXEC:
+            return None  # Spark could not run it
+        if not path.exists():
+            fd, tmp = tempfile.mkstemp(prefix=".python-", dir=folder)
+            try:
+                with os.fdopen(fd, "w") as out:
+                    out.write(text)
+                os.chmod(tmp, 0o700)
+                os.replace(tmp, path)  # whole, or not at all (another driver may race)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+                raise
+    except OSError as exc:
+        log.info("kstorm cannot write its Python launcher in %s (%s); Spark starts Python "
+                 "as usual", folder, exc)
+        return None
     return str(path)
 
 
 def ensure_running(idle_s: float = IDLE_S) -> None:
     """Start the zygote unless it runs (it exits by itself once idle for ``idle_s``)."""
-    global _proc
+    global _proc, _stop_registered
     with _lock:
         if _proc is not None and _proc.poll() is None:
             try:  # keep it: a new query is about to start helpers
@@ -196,16 +224,16 @@ def ensure_running(idle_s: float = IDLE_S) -> None:
 
         # bound here, so a launcher can connect while the zygote is still importing
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        path = socket_path()
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)  # the last zygote's
         err = open(log_path(), "ab")  # noqa: SIM115 - the child holds it
         try:
-            listener.bind(path)
+            listener.bind(_bind_address())  # the last zygote's, if any, has exited (_reap)
             listener.listen(64)
+            if not _stop_registered:
+                atexit.register(stop)
+                _stop_registered = True
             _proc = subprocess.Popen(  # noqa: S603
                 [sys.executable, "-m", "kstorm._spark.zygote", str(listener.fileno()),
-                 str(idle_s), str(os.getpid())],
+                 str(idle_s)],
                 stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=err, env=env,
                 cwd=os.getcwd(), pass_fds=(listener.fileno(),))
         finally:
@@ -235,20 +263,10 @@ def _reap(proc: subprocess.Popen[bytes]) -> None:
         proc.wait()
 
 
-def _cleanup() -> None:
-    stop()
-    if _dir is not None:
-        shutil.rmtree(_dir, ignore_errors=True)
-
-
 # ---- the zygote process -----------------------------------------------------------------
 
-def serve(fd: int, idle_s: float = IDLE_S, driver: int | None = None,
-          first_s: float = 120.0) -> None:
-    """Accept the launchers' requests on the listening socket ``fd`` (module docstring).
-
-    ``driver``: the process that started this one (its parent until it dies).
-    """
+def serve(fd: int, idle_s: float = IDLE_S, first_s: float = 120.0) -> None:
+    """Accept the launchers' requests on the listening socket ``fd`` (module docstring)."""
     import selectors
     import signal
 
@@ -256,9 +274,6 @@ def serve(fd: int, idle_s: float = IDLE_S, driver: int | None = None,
     # (this one's children) ignore it too
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     listener = socket.socket(fileno=fd)
-    path = listener.getsockname()
-    inode = os.stat(path).st_ino
-    driver = os.getppid() if driver is None else driver
     _preload()
     wake_r, wake_w = socket.socketpair()
     wake_w.setblocking(False)
@@ -309,15 +324,6 @@ def serve(fd: int, idle_s: float = IDLE_S, driver: int | None = None,
             deadline = max(deadline, clock() + idle_s)
         if done:
             break
-    try:
-        if os.stat(path).st_ino == inode:
-            os.unlink(path)
-    except OSError:
-        pass
-    workdir = os.path.dirname(path)
-    if os.getppid() != driver and os.path.basename(workdir).startswith("kstorm-zygote-"):
-        # the driver was killed (its exit would have removed it): remove its private directory
-        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def _monotonic() -> float:
@@ -350,11 +356,13 @@ class _Zygote:
         """Serve one launcher: fork its process, or refuse (it then runs Python itself)."""
         import array
         import marshal
-        import socket
         import struct
 
         fds: list[int] = []
         try:
+            if _peer_uid(conn) != os.getuid():  # the abstract namespace has no permissions
+                print("kstorm zygote: refused a connection from another user", file=sys.stderr)
+                return False
             msg, anc, _, _ = conn.recvmsg(4, socket.CMSG_LEN(3 * 4))
             for level, kind, data in anc:
                 if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
@@ -524,6 +532,14 @@ def _startup_env(env: Mapping[str, str]) -> dict[str, str]:
             or k in ("LANG", "LC_ALL", "LC_CTYPE")}
 
 
+def _peer_uid(conn: socket.socket) -> int:
+    """The user id of the process at the other end of the Unix socket ``conn``."""
+    import struct
+
+    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    return struct.unpack("3i", creds)[1]
+
+
 def _recv(conn, n: int) -> bytes | None:  # noqa: ANN001
     data = b""
     while len(data) < n:
@@ -535,5 +551,4 @@ def _recv(conn, n: int) -> bytes | None:  # noqa: ANN001
 
 
 if __name__ == "__main__":
-    serve(int(sys.argv[1]), float(sys.argv[2]) if len(sys.argv) > 2 else IDLE_S,
-          int(sys.argv[3]) if len(sys.argv) > 3 else None)
+    serve(int(sys.argv[1]), float(sys.argv[2]) if len(sys.argv) > 2 else IDLE_S)
