@@ -2,13 +2,16 @@
 
 Runs a small ListSpout topology with ``run_to_completion`` (planners kept), counting the
 read-planner workers kstorm started ahead, and prints one JSON line: the rows the sink got,
-the planner modules Spark has, the workers of the read planner, kstorm's starts, and the
-name of each Python process a bolt ran in (``ks:worker`` when forked from kstorm's zygote).
+the planner modules Spark has, the workers of the read planner, kstorm's starts, the
+name of each Python process a bolt ran in (``ks:worker`` when forked from kstorm's zygote),
+and whether MLlib's vector functions worked before the topology ran (its session extension
+is applied after the first batch: ``session.DEFERRED_EXTENSIONS``) and after.
 """
 
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import kstorm._spark.session as session
@@ -40,14 +43,30 @@ class Where(BaseBasicBolt):
         declarer.declare(Fields("n", "process"))
 
 
+def ml_functions_work(spark: Any) -> bool:
+    """Whether MLlib's vector_to_array / array_to_vector (its session extension) work."""
+    from pyspark.ml.functions import array_to_vector, vector_to_array
+
+    df = spark.createDataFrame([([1.0, 2.0],)], ["a"])
+    try:
+        return df.select(vector_to_array(array_to_vector("a"))).first()[0] == [1.0, 2.0]
+    except Exception:  # noqa: BLE001 - UNRESOLVED_ROUTINE: not registered
+        return False
+
+
 def main() -> None:
     session._worker_calls = counting_worker_calls
+    conf = {"kstorm.spark.master": "local[2]"}
+    spark = session.get_session(session.TopologyConfig.from_conf(conf))
+    ml_before = ml_functions_work(spark)
     builder = TopologyBuilder()
     builder.set_spout("numbers", ListSpout([[[i] for i in range(5)], [[5]]], Fields("n")))
     builder.set_bolt("where", Where(), 2).shuffle_grouping("numbers")
     builder.set_bolt("out", CaptureSink(), 1).shuffle_grouping("where")
-    result = run_to_completion(builder.create_topology(), {"kstorm.spark.master": "local[2]"})
-    spark = session.SparkSession.getActiveSession()
+    result = run_to_completion(builder.create_topology(), conf)
+    deadline = time.monotonic() + 60
+    while not (ml_after := ml_functions_work(spark)) and time.monotonic() < deadline:
+        time.sleep(0.5)
     _, found = session._planner_factories(spark, (session.LOOKUP_PLANNER,
                                                   *session.QUERY_PLANNERS))
     workers = session._private_field(
@@ -57,7 +76,8 @@ def main() -> None:
     print(json.dumps({"rows": sorted(v[0] for v in result.sinks["out"].values),
                       "planners": sorted(key.workerModule() for key, _ in found),
                       "read_workers": read, "started": started,
-                      "processes": sorted({v[1] for v in result.sinks["out"].values})}))
+                      "processes": sorted({v[1] for v in result.sinks["out"].values}),
+                      "ml_before": ml_before, "ml_after": ml_after}))
 
 
 if __name__ == "__main__":

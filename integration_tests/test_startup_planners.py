@@ -3,7 +3,9 @@
 In a process of its own (a JVM kstorm starts): Spark's lookup of pip-installed Python data
 sources is not run, and the read planner's worker, started by kstorm while the query
 starts, is the one Spark plans the first batch with (no second worker); every row arrives;
-the bolts run in Python workers forked from kstorm's zygote (kstorm/_spark/zygote.py).
+the bolts run in Python workers forked from kstorm's zygote (kstorm/_spark/zygote.py);
+MLlib's session extension is applied after the topology's first batch, not as the session
+is built, and its functions then work (``session.DEFERRED_EXTENSIONS``).
 """
 
 from __future__ import annotations
@@ -38,3 +40,5 @@ def test_a_kstorm_session_skips_the_lookup_and_plans_with_the_read_planner_start
     assert report["started"] == [PLAN_READ]  # kstorm started it, once
     assert report["read_workers"] == [1]  # and Spark planned with that worker
     assert report["processes"] == ["ks:worker"]  # Python workers forked from the zygote
+    assert not report["ml_before"]  # deferred: not on the path to the first result
+    assert report["ml_after"]

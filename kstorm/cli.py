@@ -139,17 +139,18 @@ def warm_up(master: str, if_needed: bool) -> None:
         click.echo("JVM class cache: ready (nothing to do)")
         return
     check_java()
-    from kstorm._spark.session import get_session, stop_jvm
+    from kstorm._spark.session import apply_deferred_extensions, get_session, stop_jvm
     from kstorm._warmup_topology import warm_up_topology
     from kstorm.config import TopologyConfig
     from kstorm.testing import run_to_completion
 
     started = time.monotonic()
-    get_session(TopologyConfig.from_conf({"kstorm.spark.master": master}),
-                record_class_cache=True)
+    spark = get_session(TopologyConfig.from_conf({"kstorm.spark.master": master}),
+                        record_class_cache=True)
     with tempfile.TemporaryDirectory(prefix="kstorm-warm-up-") as tmp:
         result = run_to_completion(warm_up_topology(), {
             "kstorm.checkpoint.dir": tmp, "kstorm.spark.master": master})
+    apply_deferred_extensions(spark, wait_s=0)  # their classes go into the cache too
     seconds = time.monotonic() - started
     sink: Any = result.sinks["sink"]  # a kstorm.testing.CaptureSink
     received = sum(len(batch) for batch in sink.batches.values())

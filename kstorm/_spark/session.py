@@ -189,13 +189,14 @@ def get_session(settings: TopologyConfig, *, record_class_cache: bool = False,
             return active
         check_java()  # a missing or wrong Java is named here, not as JAVA_GATEWAY_EXITED
         builder = SparkSession.builder
-        for key, value in launch_options(settings, record_class_cache=record_class_cache,
-                                         app_name=app_name).items():
+        options = launch_options(settings, record_class_cache=record_class_cache,
+                                 app_name=app_name)
+        for key, value in options.items():
             builder = builder.config(key, value)
         _in_background(_import_numpy_check)
         forked = zygote_before_launch(settings)
         with _jvm_output_to(log_path()):
-            spark = builder.getOrCreate()
+            spark = _build_session(builder, options)
         spark.sparkContext.setLogLevel("ERROR")
         zygote_after_launch(spark, forked)
         log.info("Spark %s started (%s); JVM and Python worker output in %s", spark.version,
@@ -203,6 +204,78 @@ def get_session(settings: TopologyConfig, *, record_class_cache: bool = False,
         _skip_installed_data_source_lookup(spark)
         _warm_workers(spark)
         return spark
+
+
+# Session extensions applied after the first batch, not as the session is built
+# (jvm/src/kstorm/spark/DeferredSessionExtensions.java): MLlib's registers two SQL functions
+# (vector_to_array, array_to_vector) with Scala reflection, ~1 s of CPU on the way to the
+# first result, for functions a topology does not use.
+DEFERRED_EXTENSIONS = ("org.apache.spark.sql.ml.InternalFunctionRegistration",)
+DEFERRED_WAIT_S = 60.0  # applied then at the latest, whether or not a query has run
+
+
+def _build_session(builder: SparkSession.Builder, options: dict[str, str]) -> SparkSession:
+    """``builder.getOrCreate()`` with :data:`DEFERRED_EXTENSIONS` applied in the background.
+
+    The SparkSession is built with the JVM thread's context class loader set to kstorm's
+    ``DeferredSessionExtensions``, which hides those providers from Spark's service
+    loader; :func:`apply_deferred_extensions` applies them once the session's first query
+    has made progress. Only where Python threads are pinned to JVM threads (pyspark's
+    default): the loader is set and reset on the thread that builds the session.
+    """
+    from pyspark import SparkConf, SparkContext
+
+    if os.environ.get("PYSPARK_PIN_THREAD", "true").lower() != "true":
+        return builder.getOrCreate()
+    sc = SparkContext.getOrCreate(SparkConf().setAll(list(options.items())))
+    jvm = sc._jvm
+    thread = jvm.java.lang.Thread.currentThread()
+    previous = thread.getContextClassLoader()
+    try:
+        loader = jvm.kstorm.spark.DeferredSessionExtensions(
+            previous if previous is not None else jvm.java.lang.ClassLoader.getSystemClassLoader())
+    except Exception as exc:  # noqa: BLE001 - not kstorm's jar on the class path: as Spark does
+        log.debug("session extensions not deferred: %s", exc)
+        return builder.getOrCreate()
+    thread.setContextClassLoader(loader)
+    try:
+        spark = builder.getOrCreate()
+    finally:
+        thread.setContextClassLoader(previous)
+    _in_background(apply_deferred_extensions, spark)
+    return spark
+
+
+def apply_deferred_extensions(spark: SparkSession, wait_s: float = DEFERRED_WAIT_S,
+                               poll_s: float = 0.5) -> list[str]:
+    """Apply :data:`DEFERRED_EXTENSIONS` once a query has finished a batch; returns them.
+
+    Those on the class path, after a batch of a query of ``spark`` (or its end), or after
+    ``wait_s`` without one. Each is a Scala object whose first use registers its functions
+    in Spark's global registry (later sessions of the JVM have them too).
+    """
+    deadline = time.monotonic() + wait_s
+    seen = False  # a query was active: its end (run to completion) ends the wait too
+    while time.monotonic() < deadline:
+        if spark.sparkContext._jsc is None:
+            return []  # stopped
+        active = spark.streams.active
+        if any(q.lastProgress is not None for q in active) or (seen and not active):
+            break
+        seen = seen or bool(active)
+        time.sleep(poll_s)
+    jvm = spark.sparkContext._jvm
+    applied = []
+    for name in DEFERRED_EXTENSIONS:
+        if not jvm.org.apache.spark.util.Utils.classIsLoadable(name):
+            continue  # e.g. a Spark without MLlib
+        try:
+            getattr(getattr(jvm, name + "$"), "MODULE$").apply()
+            applied.append(name)
+        except Exception as exc:  # noqa: BLE001 - named, so the missing functions are explained
+            log.warning("Spark session extension %s could not be applied (%s); its SQL "
+                        "functions are not registered in this session", name, exc)
+    return applied
 
 
 def zygote_wanted(settings: TopologyConfig) -> bool:
