@@ -122,6 +122,25 @@ def test_without_a_zygote_the_launcher_runs_python(probe, tmp_path) -> None:
     assert out["pid"] == proc.pid and out["argv"] == ["c"]
 
 
+def test_the_launcher_runs_python_as_invoked_not_its_symlink_target(tmp_path,
+                                                                   monkeypatch) -> None:
+    venv = tmp_path / "venv"  # its bin/python is a symlink to this interpreter
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    assert python.is_symlink()
+    monkeypatch.setattr(zygote.sys, "executable", str(python))
+    monkeypatch.setenv("KSTORM_CACHE_DIR", str(tmp_path / "cache"))
+    launcher = zygote.launcher()
+    assert launcher is not None
+    (tmp_path / "prefix_probe.py").write_text("import sys\nprint(sys.prefix)\n")
+    env = {k: v for k, v in os.environ.items() if k != zygote.ENV}  # no zygote: it runs Python
+    out = subprocess.run([launcher, "-m", "prefix_probe"], env=env, cwd=tmp_path,
+                         capture_output=True, text=True, check=True).stdout.strip()
+    assert out == str(venv)  # the environment's packages, not the base interpreter's
+    assert session.same_interpreter(str(python), str(venv / "bin" / "python3"))
+    assert not session.same_interpreter(str(python), os.path.realpath(python))
+
+
 def test_the_zygote_lives_while_its_children_do_then_exits_when_idle(probe, tmp_path) -> None:
     zygote.stop()
     zygote.ensure_running(idle_s=0.5)

@@ -287,10 +287,27 @@ def zygote_wanted(settings: TopologyConfig) -> bool:
     if not settings.python_zygote or not (settings.spark_master or "").startswith("local"):
         return False
     python = os.environ.get("PYSPARK_PYTHON") or sys.executable
-    python = shutil.which(python) or python
-    if os.path.realpath(python) != os.path.realpath(sys.executable):
+    if not same_interpreter(shutil.which(python) or python, sys.executable):
         return False
     return zygote.launcher() is not None
+
+
+def same_interpreter(a: str, b: str) -> bool:
+    """Whether the Python executables ``a`` and ``b`` run the same interpreter and packages.
+
+    The same binary in the same directory: a virtual environment's ``bin/python`` is a
+    symlink to its base interpreter, but the environment comes from where it is invoked.
+
+    Example:
+        >>> import sys
+        >>> same_interpreter(sys.executable, sys.executable)
+        True
+    """
+    def where(path: str) -> tuple[str, str]:
+        path = os.path.abspath(path)
+        return os.path.realpath(path), os.path.realpath(os.path.dirname(path))
+
+    return where(a) == where(b)
 
 
 def zygote_before_launch(settings: TopologyConfig) -> bool:

@@ -173,7 +173,9 @@ def launcher() -> str | None:
     ``<cache>/zygote``; None where that directory cannot hold an executable (unwritable,
     mounted ``noexec``): Spark then starts Python as usual.
     """
-    exe = os.path.realpath(sys.executable)
+    # the path as invoked, not its target: a virtual environment's python is a symlink to
+    # the base interpreter, which run by its own path would not see the environment
+    exe = os.path.abspath(sys.executable)
     if not supported() or len(exe) > 120:
         return None  # a shebang line has a length limit
     from kstorm._spark.launch import cache_dir
