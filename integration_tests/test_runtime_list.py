@@ -66,6 +66,19 @@ def expected(batches):
     return dict(words)
 
 
+def test_a_run_without_a_checkpoint_dir_leaves_no_directory_behind(spark, tmp_path,
+                                                                    monkeypatch):
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where it makes its own
+    result = run_to_completion(word_count(BATCHES[:2]))
+    assert result.sinks["out"].values  # it ran
+    assert not list(tmp_path.glob("kstorm-test-*"))  # and its checkpoint went with it
+    with pytest.raises(Exception):  # noqa: B017, PT011 - any failure: still removed
+        run_to_completion(word_count(), {"kstorm.trigger": "not-a-trigger"})
+    assert not list(tmp_path.glob("kstorm-test-*"))
+
+
 def test_word_count_state_spans_batches(spark, tmp_path):
     result = run_to_completion(word_count(), {"kstorm.checkpoint.dir": str(tmp_path / "cp")})
     final = {}

@@ -182,7 +182,10 @@ def run(n_events: int = 20_000, partitions: int = 4, per_batch: int = 5_000,
     from serdes import JsonSerde
 
     console = Console(quiet=not show)
-    with _services() as (bootstrap, redis_url, store):
+    # the run's checkpoint: the demo runs once to the end, its results are in the store
+    with _services() as (bootstrap, redis_url, store), \
+            tempfile.TemporaryDirectory(prefix="kstorm-demo-",
+                                        ignore_cleanup_errors=True) as checkpoint:
         console.print(f"[bold]kstorm demo[/]: broker {bootstrap}; results to {store}")
         evts = list(events(n_events))
         topic = f"demo.views.{int(time.time())}"
@@ -199,7 +202,7 @@ def run(n_events: int = 20_000, partitions: int = 4, per_batch: int = 5_000,
         conf = {"kafka.bootstrap.servers": bootstrap,
                 "kstorm.trigger": "available-now",
                 "kstorm.spark.master": os.environ.get("KSTORM_SPARK_MASTER", "local[*]"),
-                "kstorm.checkpoint.dir": tempfile.mkdtemp(prefix="kstorm-demo-")}
+                "kstorm.checkpoint.dir": checkpoint}
         started = time.monotonic()
         handle = submit_topology("demo", conf, builder.create_topology())
         columns = [TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[info]}"),

@@ -23,6 +23,7 @@ Example:
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 from collections import defaultdict
 from collections.abc import Iterator, Mapping, Sequence
@@ -148,27 +149,37 @@ def run_to_completion(topology: StormTopology, conf: Mapping[str, Any] | None = 
 
     Every tuple every component emits is captured (``result.emitted``), in batch order. A
     run still going after ``timeout`` seconds is stopped and raises :class:`KstormError`.
+    Without ``kstorm.checkpoint.dir`` in ``conf`` the run checkpoints to a temporary
+    directory, removed when it returns or raises.
     """
     from kstorm.runtime import submit_topology
 
     settings = dict(conf or {})
     settings.setdefault("kstorm.trigger", "available-now")
-    settings.setdefault("kstorm.checkpoint.dir", tempfile.mkdtemp(prefix="kstorm-test-"))
+    own_checkpoint = None  # made here, so removed here: nobody can resume from it
+    if "kstorm.checkpoint.dir" not in settings:
+        own_checkpoint = tempfile.mkdtemp(prefix="kstorm-test-")
+        settings["kstorm.checkpoint.dir"] = own_checkpoint
     settings["kstorm.capture.emitted"] = True
     # A test session starts many queries: keep Spark's planners for the next one (~1 s each)
     settings.setdefault("kstorm.spark.release.planners", False)
-    handle = submit_topology(name, settings, topology)
-    if not handle.await_termination(timeout):
-        handle.stop()
-        msg = (f"run_to_completion: topology {name!r} did not finish within {timeout:g} s "
-               "(stopped); at least once, a tuple failed on every attempt is retried for ever")
-        raise KstormError(msg, hint="give the spout retry=RetryPolicy(max_retries=n), or "
-                                    "pass a longer timeout=")
-    emitted: dict[str, dict[str, list[list[Any]]]] = defaultdict(lambda: defaultdict(list))
-    for component, stream, values in handle.captured:
-        emitted[component][stream].append(values)
-    return RunResult({k: dict(v) for k, v in emitted.items()}, handle.sinks,
-                     handle.progress, list(handle.dead_letters))
+    try:
+        handle = submit_topology(name, settings, topology)
+        if not handle.await_termination(timeout):
+            handle.stop()
+            msg = (f"run_to_completion: topology {name!r} did not finish within {timeout:g} s "
+                   "(stopped); at least once, a tuple failed on every attempt is retried for "
+                   "ever")
+            raise KstormError(msg, hint="give the spout retry=RetryPolicy(max_retries=n), or "
+                                        "pass a longer timeout=")
+        emitted: dict[str, dict[str, list[list[Any]]]] = defaultdict(lambda: defaultdict(list))
+        for component, stream, values in handle.captured:
+            emitted[component][stream].append(values)
+        return RunResult({k: dict(v) for k, v in emitted.items()}, handle.sinks,
+                         handle.progress, list(handle.dead_letters))
+    finally:
+        if own_checkpoint is not None:
+            shutil.rmtree(own_checkpoint, ignore_errors=True)
 
 
 def sink_context(topology_name: str = "test", component_id: str = "sink",
