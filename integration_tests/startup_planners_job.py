@@ -4,8 +4,9 @@ Runs a small ListSpout topology with ``run_to_completion`` (planners kept), coun
 read-planner workers kstorm started ahead, and prints one JSON line: the rows the sink got,
 the planner modules Spark has, the workers of the read planner, kstorm's starts, the
 name of each Python process a bolt ran in (``ks:worker`` when forked from kstorm's zygote),
-and whether MLlib's vector functions worked before the topology ran (its session extension
-is applied after the first batch: ``session.DEFERRED_EXTENSIONS``) and after.
+whether MLlib's vector functions worked before the topology ran (its session extension
+is applied after the first batch: ``session.DEFERRED_EXTENSIONS``) and after, and the JVM's
+temporary directory (``jvm_tmp.py``).
 """
 
 from __future__ import annotations
@@ -77,7 +78,10 @@ def main() -> None:
                       "planners": sorted(key.workerModule() for key, _ in found),
                       "read_workers": read, "started": started,
                       "processes": sorted({v[1] for v in result.sinks["out"].values}),
-                      "ml_before": ml_before, "ml_after": ml_after}))
+                      "ml_before": ml_before, "ml_after": ml_after,
+                      "jvm_tmpdir": spark.sparkContext._jvm.java.lang.System.getProperty(
+                          "java.io.tmpdir"),
+                      "driver_tmpdir": str(session.jvm_tmp.driver_tmpdir())}))
 
 
 if __name__ == "__main__":

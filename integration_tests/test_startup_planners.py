@@ -5,7 +5,8 @@ sources is not run, and the read planner's worker, started by kstorm while the q
 starts, is the one Spark plans the first batch with (no second worker); every row arrives;
 the bolts run in Python workers forked from kstorm's zygote (kstorm/_spark/zygote.py);
 MLlib's session extension is applied after the topology's first batch, not as the session
-is built, and its functions then work (``session.DEFERRED_EXTENSIONS``).
+is built, and its functions then work (``session.DEFERRED_EXTENSIONS``); the JVM's
+temporary files go to a directory of its driver's own (``jvm_tmp.py``).
 """
 
 from __future__ import annotations
@@ -42,3 +43,6 @@ def test_a_kstorm_session_skips_the_lookup_and_plans_with_the_read_planner_start
     assert report["processes"] == ["ks:worker"]  # Python workers forked from the zygote
     assert not report["ml_before"]  # deferred: not on the path to the first result
     assert report["ml_after"]
+    tmpdir = Path(report["jvm_tmpdir"])  # the driver's own, which the next start sweeps
+    assert report["jvm_tmpdir"] == report["driver_tmpdir"]
+    assert tmpdir.parent.name == f"kstorm-jvm-{os.getuid()}"

@@ -15,7 +15,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from kstorm._spark import hadoop_fs, launch, zygote
+from kstorm._spark import hadoop_fs, jvm_tmp, launch, zygote
 from kstorm._spark.java import check_java
 from kstorm._spark.launch import log_path
 from kstorm.config import TopologyConfig
@@ -151,6 +151,8 @@ def launch_options(settings: TopologyConfig, *, record_class_cache: bool = False
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     options = spark_options(settings, app_name)
     os.environ["SPARK_DIST_CLASSPATH"] = with_kstorm_jar(os.environ.get("SPARK_DIST_CLASSPATH"))
+    key = "spark.driver.extraJavaOptions"  # a killed JVM's temporary files: jvm_tmp.py
+    options[key] = jvm_tmp.java_option(options.get(key, ""))
     cache = launch.cache_dir()
     if "SPARK_HOME" not in os.environ:
         try:
