@@ -2,15 +2,20 @@
 
 Started from the installed pyspark (``spark-class ...deploy.master.Master`` / ``...Worker``),
 each in a process session of its own so a test can SIGKILL a worker with its executors, as a
-lost machine would. Every process is stopped by pid when the cluster closes.
+lost machine would. Every process is stopped by pid when the cluster closes. The JVMs'
+temporary files (Spark's local directories, unpacked native libraries, sockets) go to one
+directory of the cluster's own (``tmp``), removed when it closes: a SIGKILLed JVM cleans up
+nothing itself.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +37,7 @@ class StandaloneCluster:
     master: subprocess.Popen[bytes]
     workers: list[subprocess.Popen[bytes]] = field(default_factory=list)
     logs: Path = Path()
+    tmp: Path | None = None
 
     @classmethod
     def start(cls, logs: Path, n_workers: int = 2, cores: int = 1,
@@ -40,12 +46,19 @@ class StandaloneCluster:
 
         logs.mkdir(parents=True, exist_ok=True)
         port = free_port()
+        tmp = Path(tempfile.mkdtemp(prefix="kcl-"))  # short: the JVMs' Unix sockets go here
+        tool = f"{os.environ.get('JAVA_TOOL_OPTIONS', '')} -Djava.io.tmpdir={tmp}".strip()
         env = {**os.environ, "SPARK_HOME": str(Path(pyspark.__file__).parent),
-               "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
-        master = _launch([_spark_class(), "org.apache.spark.deploy.master.Master", "--host",
-                          "127.0.0.1", "--port", str(port), "--webui-port", str(free_port())],
-                         env, logs / "master.log")
-        cluster = cls(f"spark://127.0.0.1:{port}", master, [], logs)
+               "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1",
+               "SPARK_LOCAL_DIRS": str(tmp), "JAVA_TOOL_OPTIONS": tool}  # executors too
+        try:
+            master = _launch([_spark_class(), "org.apache.spark.deploy.master.Master",
+                              "--host", "127.0.0.1", "--port", str(port), "--webui-port",
+                              str(free_port())], env, logs / "master.log")
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        cluster = cls(f"spark://127.0.0.1:{port}", master, [], logs, tmp)
         try:
             _wait_for(logs / "master.log", "I have been elected leader", timeout, master)
             for i in range(n_workers):
@@ -66,9 +79,11 @@ class StandaloneCluster:
         _kill(self.workers[index])
 
     def close(self) -> None:
-        """Stop every process of the cluster."""
+        """Stop every process of the cluster, then remove its temporary directory."""
         for process in [*self.workers, self.master]:
             _kill(process)
+        if self.tmp is not None:
+            shutil.rmtree(self.tmp, ignore_errors=True)
 
 
 def _launch(argv: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
