@@ -269,6 +269,17 @@ class EmbeddedKafka(_ChildService):
         """``127.0.0.1:<port>``."""
         return f"127.0.0.1:{self.port}"
 
+    def stop(self) -> None:
+        """Stop the broker, closing kstorm's cached driver consumers of it first.
+
+        Left open, they would retry a broker that is gone, logging an error for each
+        attempt until the process exits (``kstorm demo`` ended with a screen of them).
+        """
+        from kstorm._kafka.client import close_driver_consumers
+
+        close_driver_consumers(self.bootstrap_servers)
+        super().stop()
+
     def _command(self) -> list[str]:
         url = f"tcp://{self.bootstrap_servers}"
         return [

@@ -159,6 +159,28 @@ def test_kafka_starts_answers_metadata_and_stops_cleanly():
 
 
 @pytest.mark.integration
+def test_stopping_the_broker_closes_the_driver_consumers_of_it_and_only_those(caplog):
+    import logging
+    import time
+
+    from kstorm._kafka import client
+
+    other = client.driver_consumer("127.0.0.1:1")  # another broker's: kept
+    with EmbeddedKafka() as kafka:
+        ours = client.driver_consumer(kafka.bootstrap_servers, group_id="g")
+        ours.list_topics(timeout=5)  # connected, with a group coordinator to retry
+        assert ours in client._CACHE.values()
+    try:
+        assert ours not in client._CACHE.values() and other in client._CACHE.values()
+        with caplog.at_level(logging.ERROR, logger="kstorm.kafka"):
+            time.sleep(1.5)  # a consumer left open would log a failed connect by now
+        assert not [r for r in caplog.records if f":{kafka.port}" in r.getMessage()]
+    finally:
+        client.close_driver_consumers("127.0.0.1:1")
+    assert other not in client._CACHE.values()
+
+
+@pytest.mark.integration
 def test_redis_with_aof_keeps_data_across_a_crash_on_the_same_port(tmp_path):
     import redis
 

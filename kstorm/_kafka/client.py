@@ -76,10 +76,17 @@ def config_key(config: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
 
 
 @atexit.register
-def close_driver_consumers() -> None:
-    """Close every cached driver consumer (also run at interpreter exit)."""
-    while _CACHE:
-        _, consumer = _CACHE.popitem()
+def close_driver_consumers(bootstrap: str | None = None) -> None:
+    """Close the cached driver consumers (also run at interpreter exit).
+
+    ``bootstrap``: only those of these brokers (``bootstrap.servers``), e.g. before the
+    brokers stop: a consumer left behind retries them, logging an error for every attempt,
+    until the process exits.
+    """
+    for key in list(_CACHE):
+        if bootstrap is not None and dict(key).get("bootstrap.servers") != bootstrap:
+            continue
+        consumer = _CACHE.pop(key)
         try:
             consumer.close()
         except (KafkaException, RuntimeError):  # already closed or broker gone
