@@ -60,6 +60,8 @@ def driver_tmpdir() -> Path | None:
         path = Path(tempfile.mkdtemp(prefix=f"{os.getpid()}-", dir=base))
         if len(str(path)) > MAX_PATH or " " in str(path):  # (options split on spaces)
             shutil.rmtree(path, ignore_errors=True)
+            log.info("no private JVM temporary directory: %s is too long for the JVM's Unix "
+                     "sockets (or has a space); the JVM uses its default", path)
             return None
         fd = os.open(path / LOCK, os.O_CREAT | os.O_RDWR, 0o600)
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
