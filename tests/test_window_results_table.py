@@ -39,7 +39,13 @@ def test_columns_equal_the_tuples(seed: int, batches: int) -> None:
             ("high", Agg.max("num")))
     spec = AggregateSpec(("key", "region"), "ts", 1000, 1000, 0, aggs)
     names = ["key", "region", "window_start", "window_end", "n", "total", "low", "high"]
-    driver = WindowCommit("agg", spec, CheckpointLayout(tempfile.mkdtemp()))
+    with tempfile.TemporaryDirectory(prefix="kstorm-wrt-") as checkpoint:
+        assert_columns_equal_tuples(spec, CheckpointLayout(checkpoint), rng, batches, names)
+
+
+def assert_columns_equal_tuples(spec: AggregateSpec, layout: CheckpointLayout,
+                                rng: random.Random, batches: int, names: list[str]) -> None:
+    driver = WindowCommit("agg", spec, layout)
     ts, seen = 0, 0
     for batch_id in range(batches):
         rows = []
@@ -61,8 +67,9 @@ def test_columns_equal_the_tuples(seed: int, batches: int) -> None:
 def test_per_window_aggregates_have_no_columns() -> None:
     for agg in (Agg.mean("num"), Agg.count_distinct("region"), Agg.top_k("region", 2)):
         spec = AggregateSpec(("key",), "ts", 1000, 1000, 0, (("x", agg),))
-        driver = WindowCommit("agg", spec, CheckpointLayout(tempfile.mkdtemp()))
-        closed, windows = driver.commit_closed(0, [payload([(5, "a", "eu", 1),
-                                                            (5000, "a", "eu", 2)], spec)])
+        with tempfile.TemporaryDirectory(prefix="kstorm-wrt-") as checkpoint:
+            driver = WindowCommit("agg", spec, CheckpointLayout(checkpoint))
+            closed, windows = driver.commit_closed(0, [payload([(5, "a", "eu", 1),
+                                                                (5000, "a", "eu", 2)], spec)])
         assert closed.num_rows == 1
         assert windows.results_table(closed, ["key", "window_start", "window_end", "x"]) is None
