@@ -145,3 +145,55 @@ def test_an_unusable_cache_directory_only_costs_the_speed_up(
     assert "SPARK_HOME" not in os.environ
     assert "SharedArchiveFile" not in options["spark.driver.extraJavaOptions"]
     assert launch.class_archive_state() == "absent"
+
+
+@pytest.fixture
+def own_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """``tempfile``'s directory is the test's own, and this process has no log yet."""
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.delenv("KSTORM_SPARK_LOG", raising=False)
+    monkeypatch.setattr(launch, "_log", None)
+    return tmp_path
+
+
+def test_spark_s_log_goes_to_a_private_directory_of_the_user(own_tmp: Path) -> None:
+    path = launch.log_path()
+    assert path == own_tmp / f"kstorm-logs-{os.getuid()}" / f"spark-{os.getpid()}.log"
+    assert path.parent.stat().st_mode & 0o777 == 0o700
+    assert launch.log_path() == path  # one per process
+
+
+def test_logs_of_drivers_that_are_gone_go_beyond_the_newest(own_tmp: Path) -> None:
+    logs = own_tmp / f"kstorm-logs-{os.getuid()}"
+    logs.mkdir(mode=0o700)
+    no_such_pid = int(Path("/proc/sys/kernel/pid_max").read_text())  # pids stay below it
+    now = time.time()
+    names = [f"spark-{no_such_pid + i}.log" for i in range(launch.LOGS_KEPT + 5)]
+    for age, name in enumerate(names):  # names[0] the newest
+        (logs / name).write_text("x")
+        os.utime(logs / name, (now - age, now - age))
+    alive = logs / f"spark-{os.getpid()}.log"  # the oldest, but its process runs
+    alive.write_text("x")
+    os.utime(alive, (now - 10_000, now - 10_000))
+    other = logs / "notes.txt"
+    other.write_text("x")
+
+    launch.log_path()
+
+    left = {p.name for p in logs.iterdir()}
+    assert left == {*names[:launch.LOGS_KEPT], alive.name, other.name}
+
+
+def test_an_unusable_log_directory_falls_back_to_the_temporary_directory(
+        own_tmp: Path) -> None:
+    (own_tmp / f"kstorm-logs-{os.getuid()}").write_text("a file, not a directory")
+    assert launch.log_path() == own_tmp / f"kstorm-spark-{os.getpid()}.log"
+
+
+def test_kstorm_spark_log_names_the_file(own_tmp: Path,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KSTORM_SPARK_LOG", str(own_tmp / "mine.log"))
+    assert launch.log_path() == own_tmp / "mine.log"
+    assert not (own_tmp / f"kstorm-logs-{os.getuid()}").exists()

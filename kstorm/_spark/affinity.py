@@ -48,6 +48,7 @@ from typing import BinaryIO
 
 import pyarrow as pa
 
+from kstorm._spark.jvm_tmp import pid_alive
 from kstorm.errors import KstormError
 
 log = logging.getLogger("kstorm.affinity")
@@ -329,7 +330,7 @@ def _remove_stale(directory: Path) -> None:
         with contextlib.suppress(OSError):
             if path.suffix == ".sock":
                 pid = path.name.split("-", 1)[0]
-                if pid.isdigit() and not _alive(int(pid)):
+                if pid.isdigit() and not pid_alive(int(pid)):
                     path.unlink()
             elif path.suffix == ".owner" and path.stat().st_mtime < old:
                 fd = os.open(path, os.O_RDWR)
@@ -342,16 +343,6 @@ def _remove_stale(directory: Path) -> None:
                     os.close(fd)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def broadcast_release(prefix: str, directory: Path | None = None) -> int:
     """Ask every live worker serving in ``directory`` to let run ``prefix``'s bolts go.
 
@@ -362,7 +353,7 @@ def broadcast_release(prefix: str, directory: Path | None = None) -> int:
     answered = 0
     for path in sorted(directory.glob("*.sock")) if directory.is_dir() else []:
         pid = path.name.split("-", 1)[0]
-        if not pid.isdigit() or not _alive(int(pid)):
+        if not pid.isdigit() or not pid_alive(int(pid)):
             continue
         conn = connect(str(path))
         if conn is None:

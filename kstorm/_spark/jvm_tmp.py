@@ -55,7 +55,7 @@ def driver_tmpdir() -> Path | None:
     if _own is not None and _own[0] == os.getpid():
         return _own[1]
     try:
-        base = _private(base_dir())
+        base = private_dir(base_dir())
         sweep(base)
         path = Path(tempfile.mkdtemp(prefix=f"{os.getpid()}-", dir=base))
         if len(str(path)) > MAX_PATH or " " in str(path):  # (options split on spaces)
@@ -101,7 +101,7 @@ def sweep(base: Path) -> list[Path]:
     return removed
 
 
-def _private(path: Path) -> Path:
+def private_dir(path: Path) -> Path:
     """``path``, made if missing: a real directory of this user, closed to others.
 
     In a shared ``/tmp`` nobody else's directory or symlink is used or swept.
@@ -113,6 +113,17 @@ def _private(path: Path) -> Path:
         msg = f"{path} is not a private directory of this user"
         raise OSError(msg)
     return path
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process ``pid`` exists (of any user), for files named after their process."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def java_option(extra_java_options: str) -> str:

@@ -37,6 +37,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from kstorm._spark import hadoop_fs
+from kstorm._spark.jvm_tmp import pid_alive, private_dir
 
 log = logging.getLogger("kstorm")
 
@@ -230,10 +231,55 @@ def _remove_tree(path: Path) -> None:
     path.rmdir()
 
 
+LOGS_KEPT = 20  # the newest logs of drivers that are gone stay (a killed run's is wanted)
+_log: tuple[int, Path] | None = None  # (pid, log) of this process
+
+
 def log_path() -> Path:
-    """Where the JVM's (and its Python workers') console output goes."""
-    return Path(os.environ.get("KSTORM_SPARK_LOG") or
-                Path(tempfile.gettempdir()) / f"kstorm-spark-{os.getpid()}.log")
+    """Where the JVM's (and its Python workers') console output goes.
+
+    ``$KSTORM_SPARK_LOG``, else ``spark-<pid>.log`` in this user's private
+    ``<tmp>/kstorm-logs-<uid>``, where the first call of a process removes the logs of
+    drivers that are gone beyond the :data:`LOGS_KEPT` newest (each run used to leave one in
+    ``/tmp`` for good). Where that directory is not usable: ``<tmp>/kstorm-spark-<pid>.log``.
+    """
+    global _log
+    if os.environ.get("KSTORM_SPARK_LOG"):
+        return Path(os.environ["KSTORM_SPARK_LOG"])
+    if _log is not None and _log[0] == os.getpid():
+        return _log[1]
+    tmp = Path(tempfile.gettempdir())
+    try:
+        logs = private_dir(tmp / f"kstorm-logs-{os.getuid()}")
+        prune_logs(logs, LOGS_KEPT)
+        path = logs / f"spark-{os.getpid()}.log"
+    except OSError as exc:
+        path = tmp / f"kstorm-spark-{os.getpid()}.log"
+        log.info("Spark's log goes to %s (%s)", path, exc)
+    _log = (os.getpid(), path)
+    return path
+
+
+def prune_logs(logs: Path, keep: int) -> list[Path]:
+    """Remove the ``spark-<pid>.log`` files in ``logs`` beyond the ``keep`` newest.
+
+    A log whose process is alive stays (whatever its age); returns the removed ones.
+    """
+    found = []
+    for entry in logs.glob("spark-*.log"):
+        try:
+            found.append((entry.stat().st_mtime, entry))
+        except OSError:
+            continue
+    found.sort(reverse=True)
+    removed = []
+    for _, entry in found[keep:]:
+        pid = entry.stem.removeprefix("spark-")
+        if pid.isdigit() and pid_alive(int(pid)):
+            continue
+        entry.unlink(missing_ok=True)
+        removed.append(entry)
+    return removed
 
 
 def spark_submit_command(target: str, archive: Path, submit_args: Iterable[str],
