@@ -41,6 +41,12 @@ def probe(tmp_path: Path) -> Path:
     return mod
 
 
+@pytest.fixture(autouse=True)
+def fresh_launchers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test finds (or writes) its launcher anew: launcher() remembers per process."""
+    monkeypatch.setattr(zygote, "_launchers", {})
+
+
 @pytest.fixture
 def running() -> subprocess.Popen[bytes]:
     zygote.stop()
@@ -259,6 +265,36 @@ def test_no_launcher_where_the_cache_directory_is_mounted_noexec(monkeypatch) ->
     assert zygote.launcher() is None  # Spark starts Python as usual
     assert not session.zygote_wanted(
         TopologyConfig.from_conf({"kstorm.spark.master": "local[2]"}))
+
+
+def test_a_launcher_is_written_once_and_its_failure_logged_once(tmp_path, monkeypatch,
+                                                                 caplog) -> None:
+    monkeypatch.setenv("KSTORM_CACHE_DIR", str(tmp_path / "cache"))
+    first = zygote.launcher()
+    assert first is not None
+    os.unlink(first)  # someone cleared the cache: written again, not a dangling path
+    assert zygote.launcher() == first and os.path.exists(first)
+
+    blocked = tmp_path / "blocked"
+    blocked.write_text("a file where the cache directory should be")
+    monkeypatch.setenv("KSTORM_CACHE_DIR", str(blocked))
+    with caplog.at_level("INFO", logger="kstorm"):
+        assert zygote.launcher() is None
+        assert zygote.launcher() is None
+    assert sum("cannot write its Python launcher" in r.message for r in caplog.records) == 1
+
+
+def test_launchers_of_interpreters_that_are_gone_are_removed(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("KSTORM_CACHE_DIR", str(tmp_path / "cache"))
+    folder = tmp_path / "cache" / "zygote"
+    folder.mkdir(parents=True)
+    gone = folder / "python-0000000000000000"
+    gone.write_text(f"#!{tmp_path / 'deleted-venv' / 'bin' / 'python'} -IS\n")
+    kept = folder / "python-1111111111111111"
+    kept.write_text(f"#!{sys.executable} -IS\n")  # another driver's interpreter, still here
+    launcher = zygote.launcher()
+    assert sorted(p.name for p in folder.iterdir()) == sorted(
+        [Path(launcher).name, kept.name])
 
 
 def _refused(address: str) -> None:

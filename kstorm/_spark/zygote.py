@@ -46,6 +46,7 @@ import sys
 import tempfile
 import threading
 from collections.abc import Mapping
+from pathlib import Path
 
 log = logging.getLogger("kstorm.spark")
 
@@ -166,6 +167,9 @@ def _bind_address() -> str:
     return "\0" + address()[1:]
 
 
+_launchers: dict[tuple[str, Path], str | None] = {}  # (interpreter, folder) -> launcher
+
+
 def launcher() -> str | None:
     """The launcher's path (written on first use), or None where it cannot work.
 
@@ -182,12 +186,23 @@ def launcher() -> str | None:
 
     text = LAUNCHER.format(exe=exe, env=ENV)
     folder = cache_dir() / "zygote"
+    known = _launchers.get((exe, folder), "")
+    if known is None:  # tried once in this process (and its failure logged once)
+        return None
+    if known and os.path.exists(known):
+        return known
     path = folder / f"python-{hashlib.sha256(text.encode()).hexdigest()[:16]}"
+    _launchers[(exe, folder)] = found = _write_launcher(folder, path, text)
+    return found
+
+
+def _write_launcher(folder: Path, path: Path, text: str) -> str | None:
     try:
         folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         if os.statvfs(folder).f_flag & os.ST_NOEXEC:
             return None  # Spark could not run it
         if not path.exists():
+            _remove_orphans(folder)
             fd, tmp = tempfile.mkstemp(prefix=".python-", dir=folder)
             try:
                 with os.fdopen(fd, "w") as out:
@@ -203,6 +218,16 @@ def launcher() -> str | None:
                  "as usual", folder, exc)
         return None
     return str(path)
+
+
+def _remove_orphans(folder: Path) -> None:
+    """Remove the launchers whose interpreter is gone (a deleted virtual environment)."""
+    for entry in folder.glob("python-*"):
+        with contextlib.suppress(OSError, ValueError), open(entry, "rb") as f:
+            shebang = f.readline()
+            exe = shebang[2:].split()[0].decode() if shebang.startswith(b"#!") else ""
+            if exe and not os.path.exists(exe):
+                entry.unlink()
 
 
 def ensure_running(idle_s: float = IDLE_S) -> None:
