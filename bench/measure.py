@@ -3,7 +3,12 @@
 Memory comes from ``/proc`` (no psutil): :func:`tree_pids` walks ``/proc/*/stat`` for the
 descendants of a pid; :class:`Watcher` samples the sum of their ``VmRSS`` (the peak of that
 sum is the figure reported) and keeps each process's own ``VmHWM`` (whose sum is an upper
-bound, since peaks need not coincide).
+bound, since peaks need not coincide). The sum of RSS counts a page shared by several
+processes once per process: Spark's Python processes forked from kstorm's zygote share the
+pages of the modules it imported, and the JVMs map the class-data-sharing archive. So it also
+samples, once a second (reading ``smaps_rollup`` walks a process's page tables), the sum of
+their ``Pss`` (proportional set size: a shared page is divided among the processes that map
+it), which is what the tree takes from the machine's memory.
 
 Example:
     >>> w = Watcher(os.getpid(), redis_url=None, interval=0.05).start()  # doctest: +SKIP
@@ -58,6 +63,18 @@ def memory_kb(pid: int) -> tuple[int, int]:
     return rss, hwm
 
 
+def pss_kb(pid: int) -> int:
+    """Proportional set size of ``pid`` in kB (zero if it is gone or unreadable)."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
 def cpu_ticks(pid: int) -> int | None:
     """User + system CPU time of ``pid`` in clock ticks (None if it is gone)."""
     try:
@@ -104,7 +121,7 @@ class Watcher:
 
     def __init__(self, root: int, *, redis_url: str | None, pattern: str = "w:*",
                  record: str | None = None, interval: float = 0.02,
-                 memory_every: int = 5) -> None:
+                 memory_every: int = 5, pss_every_s: float = 1.0) -> None:
         self.root = root
         self.redis_url = redis_url
         self.pattern = pattern
@@ -113,6 +130,9 @@ class Watcher:
         self.interval = interval
         self.memory_every = memory_every
         self.peak_rss_bytes = 0
+        self.peak_pss_bytes = 0  # peak of the tree's Pss sum (shared pages counted once)
+        self.pss_every_s = pss_every_s
+        self._pss_at = float("-inf")  # time.monotonic() of the last Pss sample
         self.hwm_kb: dict[int, int] = {}
         self.first_result_at: float | None = None  # time.monotonic() of the first key seen
         self.cpu_ticks: dict[int, tuple[str, int]] = {}  # pid -> (role, utime + stime)
@@ -129,6 +149,7 @@ class Watcher:
 
     def stop(self) -> None:
         """Stop sampling (one last memory sample first)."""
+        self._pss_at = float("-inf")
         self._sample_memory()
         self._stop.set()
         self._thread.join()
@@ -165,9 +186,14 @@ class Watcher:
 
     def _sample_memory(self) -> None:
         self._sampled_at = time.monotonic()
-        total = 0
+        with_pss = self._sampled_at - self._pss_at >= self.pss_every_s
+        if with_pss:
+            self._pss_at = self._sampled_at
+        total = pss_total = 0
         by_role: dict[str, int] = {}
         for pid in tree_pids(self.root):
+            if with_pss:
+                pss_total += pss_kb(pid)
             rss, hwm = memory_kb(pid)
             kind = self.cpu_ticks[pid][0] if pid in self.cpu_ticks else role(pid)
             by_role[kind] = by_role.get(kind, 0) + 1024 * rss
@@ -181,6 +207,7 @@ class Watcher:
             if hwm:
                 self.hwm_kb[pid] = max(hwm, self.hwm_kb.get(pid, 0))
         self.peak_rss_bytes = max(self.peak_rss_bytes, 1024 * total)
+        self.peak_pss_bytes = max(self.peak_pss_bytes, 1024 * pss_total)
         for kind, rss_bytes in by_role.items():
             self.peak_rss_by_role[kind] = max(rss_bytes, self.peak_rss_by_role.get(kind, 0))
 

@@ -86,6 +86,9 @@ def rows(raw: RawResult, run: KstormRun) -> list[tuple[str, str, str]]:
         ("kstorm process wall time (start -> exit)", fmt_s(run.process_wall_s), ""),
         ("peak RSS, kstorm process tree (sum of VmRSS, sampled)", fmt_bytes(run.peak_rss_bytes),
          f"sum of per-process VmHWM {fmt_bytes(run.hwm_sum_bytes)}"),
+        ("peak PSS, kstorm process tree (shared pages counted once, sampled each second)",
+         fmt_bytes(run.peak_pss_bytes) if run.peak_pss_bytes else "-",
+         "what the tree takes from the machine's memory"),
         ("late events (counted, excluded)", f"{run.late:,}", "equals ground truth"
          if not any("late" in p for p in run.problems) else "DIFFERS"),
         ("windows in Redis", f"{run.windows_emitted:,}", ""),
@@ -115,8 +118,9 @@ def markdown_table(raw: RawResult, run: KstormRun) -> str:
 def sweep_table(runs: list[KstormRun], raw: RawResult) -> str:
     """One line per ``max_offsets_per_batch`` tried."""
     lines = ["| max_offsets_per_batch | batches | steady ev/s | ratio | end-to-end ev/s | "
-             "first result (submit) | commit ms/batch (in the batch) | peak RSS | exact |",
-             "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+             "first result (submit) | commit ms/batch (in the batch) | peak RSS | peak PSS "
+             "| exact |",
+             "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
     for r in runs:
         ratio = "-" if r.steady_rate is None else f"{r.steady_rate / raw.rate:.2f}x"
         commit = r.report.get("commit_seconds")
@@ -126,6 +130,7 @@ def sweep_table(runs: list[KstormRun], raw: RawResult) -> str:
         lines.append(f"| {r.max_offsets:,} | {r.batches} | {fmt_rate(r.steady_rate)} | {ratio} "
                      f"| {fmt_rate(r.end_to_end_rate)} | {fmt_s(r.submit_to_first_result_s)} "
                      f"| {per_batch} | {fmt_bytes(r.peak_rss_bytes)} "
+                     f"| {fmt_bytes(r.peak_pss_bytes) if r.peak_pss_bytes else '-'} "
                      f"| {'yes' if r.exact else 'NO'} |")
     return "\n".join(lines)
 

@@ -61,6 +61,7 @@ class KstormRun:
     report: dict[str, Any] = field(default_factory=dict)
     # CPU milliseconds per batch by process role, from the first commit to the last one
     steady_cpu_ms: dict[str, float] = field(default_factory=dict)
+    peak_pss_bytes: int = 0  # the tree's Pss sum, sampled each second (shared pages once)
 
 
 @dataclass
@@ -185,7 +186,8 @@ def run_kstorm(setup: Setup, truth: Truth, n: int, max_offsets: int, *,
         end_to_end_rate=n / (report["finished"] - report["submitted"]),
         submit_to_done_s=report["finished"] - report["submitted"],
         process_wall_s=exited - spawned, peak_rss_bytes=watcher.peak_rss_bytes,
-        hwm_sum_bytes=watcher.hwm_sum_bytes, late=report["late"],
+        hwm_sum_bytes=watcher.hwm_sum_bytes, peak_pss_bytes=watcher.peak_pss_bytes,
+        late=report["late"],
         windows_emitted=len(got), exact=not problems, problems=problems,
         cpu_by_role=watcher.cpu_seconds_by_role(), rss_by_role=watcher.peak_rss_by_role,
         report=report,
