@@ -96,3 +96,48 @@ def test_sigterm_stops_a_continuous_run_and_exits_0(
     stored = {k: json.loads(client.get(k)) for k in client.keys("page-views:/cart:*")
               if int(k.rsplit(":", 1)[1]) in (BASE, BASE + 10_000)}
     assert {v["views"] for v in stored.values()} == {100} and len(stored) == 2
+
+
+def test_ctrl_c_to_the_process_group_stops_a_continuous_run_cleanly(
+        kafka: Any, redis_server: Any, topic_name: str, tmp_path: Path, produce: Any) -> None:
+    # A terminal's Ctrl-C sends SIGINT to every process of the foreground group. pyspark's
+    # SparkContext used to replace kstorm run's handler with its own, which raised
+    # KeyboardInterrupt inside a py4j call: tracebacks, "aborted", exit 130.
+    _produce_views(kafka, topic_name, produce)
+    log = tmp_path / "run.log"
+    with open(log, "w") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "kstorm.cli", "run", "examples.page_views:topology",
+             "--name", topic_name],
+            env=_env(kafka, redis_server, topic_name, tmp_path / "ck"), cwd=tmp_path,
+            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True)
+        try:
+            deadline = time.monotonic() + 240
+            while "running" not in log.read_text():
+                assert process.poll() is None, log.read_text()[-3000:]
+                assert time.monotonic() < deadline, log.read_text()[-3000:]
+                time.sleep(0.2)
+            time.sleep(2.0)
+            os.killpg(process.pid, signal.SIGINT)
+            assert process.wait(120) == 0, log.read_text()[-3000:]
+            deadline = time.monotonic() + 60  # the JVM, the zygote and the workers follow
+            while _group_alive(process.pid):
+                assert time.monotonic() < deadline, "processes of the run are left"
+                time.sleep(0.2)
+        finally:
+            if _group_alive(process.pid):
+                os.killpg(process.pid, signal.SIGKILL)
+            if process.poll() is None:
+                process.wait(30)
+    text = log.read_text()
+    assert f"stopping topology '{topic_name}'" in text
+    assert "Traceback" not in text and "Fatal Python error" not in text, text[-3000:]
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True

@@ -6,7 +6,8 @@ adds the traceback and INFO logging.
 
 Exit status: 0 success (``run``: the topology finished, or stopped on SIGTERM/SIGINT); 1 an
 error (the topology failed, a bad configuration, the demo's counts differ from the ground
-truth, ``doctor`` found a missing part); 2 a usage error (unknown option or command).
+truth, ``doctor`` found a missing part); 2 a usage error (unknown option or command); 130
+interrupted (``demo`` stopped with Ctrl-C, or Ctrl-C elsewhere).
 """
 
 from __future__ import annotations
@@ -93,7 +94,11 @@ def demo(events: int, partitions: int, per_batch: int, rows: int) -> None:
 
     check_java()
     console = Console()
-    result = the_demo.run(events, partitions, per_batch)
+    try:
+        result = the_demo.run(events, partitions, per_batch)
+    except the_demo.DemoInterrupted:
+        click.echo("kstorm demo: stopped (Ctrl-C); nothing is left running", err=True)
+        raise click.exceptions.Exit(130) from None
     table = Table(title="page views per 10 s event-time window (busiest windows)")
     for column in ("page", "window start (UTC)", "views"):
         table.add_column(column, justify="right" if column == "views" else "left")

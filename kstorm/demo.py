@@ -24,7 +24,9 @@ import contextlib
 import json
 import os
 import random
+import signal
 import tempfile
+import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -174,14 +176,60 @@ def _describe(server: Any) -> str:
 
 def run(n_events: int = 20_000, partitions: int = 4, per_batch: int = 5_000,
         show: bool = True) -> DemoResult:
-    """Run the demo; returns what it measured (the CLI prints it)."""
+    """Run the demo; returns what it measured (the CLI prints it).
+
+    Ctrl-C (SIGINT, in the main thread) stops the topology, then the embedded services, and
+    raises :class:`DemoInterrupted`.
+    """
     from rich.console import Console
+
+    console = Console(quiet=not show)
+    with _interruptible(console) as interrupted:
+        return _run(console, interrupted, n_events, partitions, per_batch)
+
+
+class DemoInterrupted(KeyboardInterrupt):
+    """The demo was stopped with Ctrl-C (SIGINT); its topology and services are stopped."""
+
+
+@contextlib.contextmanager
+def _interruptible(console: Any) -> Iterator[threading.Event]:
+    """Ctrl-C: the first sets the event, and the demo stops its topology, then its services.
+
+    A second one interrupts at once. Outside the main thread, Ctrl-C is left as it is.
+    """
+    interrupted = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        yield interrupted
+        return
+
+    # the notice goes to the console's stderr as it is now: while Spark starts, kstorm
+    # points fds 1 and 2 at Spark's log (its JVM inherits them), and rich's progress
+    # display redirects sys.stderr while it runs
+    err = os.dup(2)
+
+    def on_sigint(signum: int, frame: Any) -> None:
+        interrupted.set()
+        signal.signal(signal.SIGINT, previous)  # a second Ctrl-C: Python's default
+        if not console.quiet:
+            os.write(err, b"\nkstorm demo: interrupted; stopping the topology "
+                          b"(Ctrl-C again to quit at once)\n")
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        yield interrupted
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        os.close(err)
+
+
+def _run(console: Any, interrupted: threading.Event, n_events: int, partitions: int,
+         per_batch: int) -> DemoResult:
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from kstorm import KafkaSpout, TopologyBuilder, submit_topology
     from serdes import JsonSerde
 
-    console = Console(quiet=not show)
     # the run's checkpoint: the demo runs once to the end, its results are in the store
     with _services() as (bootstrap, redis_url, store), \
             tempfile.TemporaryDirectory(prefix="kstorm-demo-",
@@ -190,6 +238,8 @@ def run(n_events: int = 20_000, partitions: int = 4, per_batch: int = 5_000,
         evts = list(events(n_events))
         topic = f"demo.views.{int(time.time())}"
         _produce(bootstrap, topic, partitions, evts)
+        if interrupted.is_set():
+            raise DemoInterrupted
         builder = TopologyBuilder()
         spout = KafkaSpout(topic, value_serde=JsonSerde({"user": str, "ts": int,
                                                                  "path": str}),
@@ -211,6 +261,9 @@ def run(n_events: int = 20_000, partitions: int = 4, per_batch: int = 5_000,
         with Progress(*columns, console=console, transient=True) as bar:
             task = bar.add_task("processing", total=n_events, info="starting Spark")
             while True:
+                if interrupted.is_set():
+                    handle.stop()
+                    raise DemoInterrupted
                 finished = handle.await_termination(0.2)
                 now, p = time.monotonic(), handle.progress
                 if first is None and p["batches"]:
@@ -256,6 +309,14 @@ def _produce(bootstrap: str, topic: str, partitions: int, evts: list[dict[str, A
     connection = KafkaConnection(bootstrap_servers=bootstrap)
     producer = Producer(connection.client_config("producer", role_config={"linger.ms": 20}))
     for e in evts:
-        producer.produce(topic, key=e["user"].encode(), value=json.dumps(e).encode())
+        key, value = e["user"].encode(), json.dumps(e).encode()
+        while True:
+            try:
+                producer.produce(topic, key=key, value=value)
+                break
+            except BufferError:  # the local queue is full (--events above ~100,000)
+                producer.poll(0.1)
         producer.poll(0)
-    producer.flush(30)
+    if producer.flush(120):
+        msg = f"kstorm demo: the broker did not take every event within 120 s ({topic})"
+        raise RuntimeError(msg)

@@ -123,6 +123,10 @@ class _ChildService:
             stdin=subprocess.DEVNULL,
             cwd=self.dir,
             preexec_fn=_die_with_parent(),  # noqa: PLW1509 (only a prctl call)
+            # a session of its own: a terminal's Ctrl-C goes to the foreground process group,
+            # and the service must outlive it until the topology using it has stopped (it
+            # still dies with this process: _die_with_parent)
+            start_new_session=True,
         )
         atexit.register(self.stop)
         deadline = time.monotonic() + self.startup_timeout

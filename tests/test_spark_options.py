@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from kstorm._spark import hadoop_fs
+from kstorm._spark import hadoop_fs, session
 from kstorm._spark.session import spark_options, with_kstorm_jar
 from kstorm.config import TopologyConfig
 
@@ -164,3 +164,41 @@ def test_the_read_planner_is_started_once_the_first_planner_appears_unless_cance
 
     factories.append(session.PLAN_READ)  # a later query of the session: nothing to do
     assert session.start_read_planner(object()) is None
+
+
+def _pyspark_like(signum, frame):  # what SparkContext installs: cancel jobs, raise
+    raise KeyboardInterrupt
+
+
+def test_an_application_s_sigint_handler_outlives_spark_s_start() -> None:
+    import signal
+
+    def mine(signum, frame):
+        pass
+
+    before = signal.signal(signal.SIGINT, mine)
+    try:
+        with session._own_sigint_handler_kept() as context_made:
+            signal.signal(signal.SIGINT, _pyspark_like)  # the SparkContext is made
+            context_made()
+            assert signal.getsignal(signal.SIGINT) is mine  # at once, not at the end
+            signal.signal(signal.SIGINT, _pyspark_like)
+        assert signal.getsignal(signal.SIGINT) is mine
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # one that ignores Ctrl-C keeps that
+        with session._own_sigint_handler_kept():
+            signal.signal(signal.SIGINT, _pyspark_like)
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
+def test_python_s_default_sigint_handler_gives_way_to_pyspark_s() -> None:
+    import signal
+
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with session._own_sigint_handler_kept():
+            signal.signal(signal.SIGINT, _pyspark_like)
+        assert signal.getsignal(signal.SIGINT) is _pyspark_like
+    finally:
+        signal.signal(signal.SIGINT, before)

@@ -6,10 +6,11 @@ import contextlib
 import logging
 import os
 import shutil
+import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -197,8 +198,8 @@ def get_session(settings: TopologyConfig, *, record_class_cache: bool = False,
             builder = builder.config(key, value)
         _in_background(_import_numpy_check)
         forked = zygote_before_launch(settings)
-        with _jvm_output_to(log_path()):
-            spark = _build_session(builder, options)
+        with _jvm_output_to(log_path()), _own_sigint_handler_kept() as keep_sigint:
+            spark = _build_session(builder, options, keep_sigint)
         spark.sparkContext.setLogLevel("ERROR")
         zygote_after_launch(spark, forked)
         log.info("Spark %s started (%s); JVM and Python worker output in %s", spark.version,
@@ -216,7 +217,34 @@ DEFERRED_EXTENSIONS = ("org.apache.spark.sql.ml.InternalFunctionRegistration",)
 DEFERRED_WAIT_S = 60.0  # applied then at the latest, whether or not a query has run
 
 
-def _build_session(builder: SparkSession.Builder, options: dict[str, str]) -> SparkSession:
+@contextlib.contextmanager
+def _own_sigint_handler_kept() -> Iterator[Callable[[], None]]:
+    """A SIGINT handler the application installed stays in place when Spark starts.
+
+    pyspark's SparkContext replaces the main thread's SIGINT handler with its own, which
+    cancels every Spark job and raises ``KeyboardInterrupt`` wherever the main thread is,
+    often inside a py4j call, whose connection it then breaks. An application that handles
+    Ctrl-C itself (``kstorm run``, ``kstorm demo``: stop the topology, then exit) or ignores
+    it keeps its handler; where Python's default was in place, pyspark's stays. Yields the
+    restoring function, to call as soon as the SparkContext exists (and called on exit).
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield lambda: None
+        return
+    before = signal.getsignal(signal.SIGINT)
+
+    def restore() -> None:
+        if before is not signal.default_int_handler and before is not None:
+            signal.signal(signal.SIGINT, before)
+
+    try:
+        yield restore
+    finally:
+        restore()
+
+
+def _build_session(builder: SparkSession.Builder, options: dict[str, str],
+                   context_made: Callable[[], None] = lambda: None) -> SparkSession:
     """``builder.getOrCreate()`` with :data:`DEFERRED_EXTENSIONS` applied in the background.
 
     The SparkSession is built with the JVM thread's context class loader set to kstorm's
@@ -230,6 +258,7 @@ def _build_session(builder: SparkSession.Builder, options: dict[str, str]) -> Sp
     if os.environ.get("PYSPARK_PIN_THREAD", "true").lower() != "true":
         return builder.getOrCreate()
     sc = SparkContext.getOrCreate(SparkConf().setAll(list(options.items())))
+    context_made()
     jvm = sc._jvm
     thread = jvm.java.lang.Thread.currentThread()
     previous = thread.getContextClassLoader()
