@@ -198,7 +198,7 @@ def get_session(settings: TopologyConfig, *, record_class_cache: bool = False,
             builder = builder.config(key, value)
         _in_background(_import_numpy_check)
         forked = zygote_before_launch(settings)
-        with _jvm_output_to(log_path()), _own_sigint_handler_kept() as keep_sigint:
+        with _own_sigint_handler_kept() as keep_sigint:
             spark = _build_session(builder, options, keep_sigint)
         spark.sparkContext.setLogLevel("ERROR")
         zygote_after_launch(spark, forked)
@@ -207,6 +207,24 @@ def get_session(settings: TopologyConfig, *, record_class_cache: bool = False,
         _skip_installed_data_source_lookup(spark)
         _warm_workers(spark)
         return spark
+
+
+def _spark_context(conf: Any) -> Any:
+    """``SparkContext.getOrCreate(conf)``, whose JVM, if it starts one, writes to Spark's log.
+
+    The JVM (and the Python processes it starts) get the log file as their stdout and
+    stderr; this process's own output stays where it is, also while the JVM starts
+    (``KSTORM_SPARK_LOG=-``: the JVM's output on the console too).
+    """
+    from pyspark import SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    if (SparkContext._active_spark_context is not None or SparkContext._gateway is not None
+            or os.environ.get("KSTORM_SPARK_LOG") == "-"):
+        return SparkContext.getOrCreate(conf)
+    with open(log_path(), "ab") as out:
+        gateway = launch_gateway(conf, popen_kwargs={"stdout": out, "stderr": out})
+    return SparkContext(conf=conf, gateway=gateway)
 
 
 # Session extensions applied after the first batch, not as the session is built
@@ -253,11 +271,12 @@ def _build_session(builder: SparkSession.Builder, options: dict[str, str],
     has made progress. Only where Python threads are pinned to JVM threads (pyspark's
     default): the loader is set and reset on the thread that builds the session.
     """
-    from pyspark import SparkConf, SparkContext
+    from pyspark import SparkConf
 
     if os.environ.get("PYSPARK_PIN_THREAD", "true").lower() != "true":
-        return builder.getOrCreate()
-    sc = SparkContext.getOrCreate(SparkConf().setAll(list(options.items())))
+        with _jvm_output_to(log_path()):
+            return builder.getOrCreate()
+    sc = _spark_context(SparkConf().setAll(list(options.items())))
     context_made()
     jvm = sc._jvm
     thread = jvm.java.lang.Thread.currentThread()
@@ -655,7 +674,7 @@ def _warm_workers(spark: SparkSession) -> None:
 
 @contextlib.contextmanager
 def _jvm_output_to(path: Path) -> Iterator[None]:
-    """Start the JVM with its stdout/stderr on ``path``.
+    """Start the JVM with its stdout/stderr on ``path`` (this process's too, meanwhile).
 
     Spark's log4j banner and the TWS workers' prints go there instead of the user's
     console (``KSTORM_SPARK_LOG=-`` keeps them on the console).
