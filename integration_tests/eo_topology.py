@@ -24,6 +24,7 @@ Example:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -345,3 +346,30 @@ def session_members(sid: int) -> list[int]:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def wait_for_output(log: Path, text: str, process: subprocess.Popen[Any],
+                    timeout: float = 240.0) -> None:
+    """Wait until ``text`` is in the file ``log`` that ``process`` writes to."""
+    deadline = time.monotonic() + timeout
+    while text not in log.read_text(errors="replace"):
+        assert process.poll() is None, log.read_text(errors="replace")[-3000:]
+        assert time.monotonic() < deadline, log.read_text(errors="replace")[-3000:]
+        time.sleep(0.2)
+
+
+def wait_session_gone(sid: int, timeout: float = 60.0) -> None:
+    """Wait until no live process is left in session ``sid``; fail naming them if some stay."""
+    deadline = time.monotonic() + timeout
+    while session_members(sid):
+        assert time.monotonic() < deadline, f"processes left in session {sid}: " \
+            f"{session_members(sid)}"
+        time.sleep(0.2)
+
+
+def kill_session(sid: int) -> None:
+    """SIGKILL every live process of session ``sid`` (a test's clean-up)."""
+    for pid in session_members(sid):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+from eo_topology import kill_session, session_members, wait_for_output, wait_session_gone
 
 pytestmark = pytest.mark.integration
 
@@ -36,29 +37,22 @@ def test_ctrl_c_stops_the_demo_and_everything_it_started(tmp_path: Path) -> None
             stdin=subprocess.DEVNULL, start_new_session=True)
         services: list[int] = []
         try:
-            deadline = time.monotonic() + 240
-            while "kstorm demo: broker" not in log.read_text():
-                assert process.poll() is None, log.read_text()[-3000:]
-                assert time.monotonic() < deadline, log.read_text()[-3000:]
-                time.sleep(0.2)
-            services = _children_in_other_sessions(process.pid)
+            wait_for_output(log, "kstorm demo: broker", process)
+            services = [pid for pid in _children(process.pid) if pid not in
+                        session_members(process.pid)]
             assert len(services) == 2, services  # the broker and redis-server
             time.sleep(8.0)  # Spark is starting, or the topology runs
             assert process.poll() is None, log.read_text()[-3000:]
             os.killpg(process.pid, signal.SIGINT)
             assert process.wait(120) == 130, log.read_text()[-3000:]
-            deadline = time.monotonic() + 60  # the JVM, the zygote and the workers follow
-            while _group_alive(process.pid) or any(_alive(p) for p in services):
-                assert time.monotonic() < deadline, "processes of the demo are left"
-                time.sleep(0.2)
+            wait_session_gone(process.pid)  # the JVM, the zygote and the workers follow
+            for pid in services:
+                wait_session_gone(pid)  # each in a session of its own
         finally:
             for pid in services:
-                if _alive(pid):
-                    os.kill(pid, signal.SIGKILL)
-            if _group_alive(process.pid):
-                os.killpg(process.pid, signal.SIGKILL)
-            if process.poll() is None:
-                process.wait(30)
+                kill_session(pid)
+            kill_session(process.pid)
+            process.wait(30)
     text = log.read_text()
     assert "interrupted; stopping the topology" in text
     assert "stopped (Ctrl-C); nothing is left running" in text
@@ -66,32 +60,5 @@ def test_ctrl_c_stops_the_demo_and_everything_it_started(tmp_path: Path) -> None
     assert not list(tmp_path.glob("kstorm-demo-*"))  # its checkpoint is removed
 
 
-def _children_in_other_sessions(pid: int) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2:].split()
-        if int(fields[1]) == pid and int(fields[3]) != pid:  # parent, session
-            found.append(int(entry))
-    return found
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0] != "Z"
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    return True
+def _children(pid: int) -> list[int]:
+    return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]

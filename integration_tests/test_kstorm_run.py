@@ -7,17 +7,20 @@ its checkpoint finishes with every window exact.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
+from eo_topology import kill_session, wait_for_output, wait_session_gone
 
 from kstorm._kafka.client import create_topic
 
@@ -59,30 +62,36 @@ def test_run_drains_the_topic_with_config_from_a_file_env_and_c(
     assert {v["views"] for v in stored.values()} == {100} and len(stored) == 2
 
 
-def test_sigterm_stops_a_continuous_run_and_exits_0(
-        kafka: Any, redis_server: Any, topic_name: str, tmp_path: Path, produce: Any) -> None:
-    _produce_views(kafka, topic_name, produce)
+@contextlib.contextmanager
+def _continuous_run(kafka: Any, redis_server: Any, topic: str, tmp_path: Path
+                    ) -> Iterator[tuple[subprocess.Popen[str], Path]]:
+    """``kstorm run`` of the page-views example, continuous, in a session of its own.
+
+    Yields once it says it runs; whatever of its session is left at the end is killed.
+    """
     log = tmp_path / "run.log"
     with open(log, "w") as out:
         process = subprocess.Popen(
             [sys.executable, "-m", "kstorm.cli", "run", "examples.page_views:topology",
-             "--name", topic_name],
-            env=_env(kafka, redis_server, topic_name, tmp_path / "ck"), cwd=tmp_path,
+             "--name", topic],
+            env=_env(kafka, redis_server, topic, tmp_path / "ck"), cwd=tmp_path,
             stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             start_new_session=True)
         try:
-            deadline = time.monotonic() + 240
-            while "running" not in log.read_text():
-                assert process.poll() is None, log.read_text()[-3000:]
-                assert time.monotonic() < deadline, log.read_text()[-3000:]
-                time.sleep(0.2)
+            wait_for_output(log, "running", process)
             time.sleep(2.0)
-            process.send_signal(signal.SIGTERM)
-            assert process.wait(120) == 0, log.read_text()[-3000:]
+            yield process, log
         finally:
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait(30)
+            kill_session(process.pid)
+            process.wait(30)
+
+
+def test_sigterm_stops_a_continuous_run_and_exits_0(
+        kafka: Any, redis_server: Any, topic_name: str, tmp_path: Path, produce: Any) -> None:
+    _produce_views(kafka, topic_name, produce)
+    with _continuous_run(kafka, redis_server, topic_name, tmp_path) as (process, log):
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(120) == 0, log.read_text()[-3000:]
     assert f"stopping topology '{topic_name}'" in log.read_text()
 
     # started again from its checkpoint, it finishes exactly: no window counted twice
@@ -104,40 +113,10 @@ def test_ctrl_c_to_the_process_group_stops_a_continuous_run_cleanly(
     # SparkContext used to replace kstorm run's handler with its own, which raised
     # KeyboardInterrupt inside a py4j call: tracebacks, "aborted", exit 130.
     _produce_views(kafka, topic_name, produce)
-    log = tmp_path / "run.log"
-    with open(log, "w") as out:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "kstorm.cli", "run", "examples.page_views:topology",
-             "--name", topic_name],
-            env=_env(kafka, redis_server, topic_name, tmp_path / "ck"), cwd=tmp_path,
-            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True)
-        try:
-            deadline = time.monotonic() + 240
-            while "running" not in log.read_text():
-                assert process.poll() is None, log.read_text()[-3000:]
-                assert time.monotonic() < deadline, log.read_text()[-3000:]
-                time.sleep(0.2)
-            time.sleep(2.0)
-            os.killpg(process.pid, signal.SIGINT)
-            assert process.wait(120) == 0, log.read_text()[-3000:]
-            deadline = time.monotonic() + 60  # the JVM, the zygote and the workers follow
-            while _group_alive(process.pid):
-                assert time.monotonic() < deadline, "processes of the run are left"
-                time.sleep(0.2)
-        finally:
-            if _group_alive(process.pid):
-                os.killpg(process.pid, signal.SIGKILL)
-            if process.poll() is None:
-                process.wait(30)
+    with _continuous_run(kafka, redis_server, topic_name, tmp_path) as (process, log):
+        os.killpg(process.pid, signal.SIGINT)
+        assert process.wait(120) == 0, log.read_text()[-3000:]
+        wait_session_gone(process.pid)  # the JVM, the zygote and the workers follow
     text = log.read_text()
     assert f"stopping topology '{topic_name}'" in text
     assert "Traceback" not in text and "Fatal Python error" not in text, text[-3000:]
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    return True
