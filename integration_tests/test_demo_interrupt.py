@@ -10,10 +10,13 @@ replace the demo's.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,7 +27,20 @@ pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parent.parent
 
 
-def test_ctrl_c_stops_the_demo_and_everything_it_started(tmp_path: Path) -> None:
+@pytest.fixture
+def short_tmp() -> Iterator[Path]:
+    """A temporary directory short enough for the JVM's own under it (``jvm_tmp.MAX_PATH``).
+
+    Under pytest's long ``tmp_path`` the JVM would fall back to ``/tmp``, and an interrupted
+    run's Python worker sockets would stay there.
+    """
+    path = Path(tempfile.mkdtemp(prefix="kdi-", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def test_ctrl_c_stops_the_demo_and_everything_it_started(short_tmp: Path) -> None:
+    tmp_path = short_tmp
     env = {k: v for k, v in os.environ.items()
            if k not in ("KSTORM_BOOTSTRAP_SERVERS", "KSTORM_REDIS_URL")}  # its own services
     env.update(PYTHONPATH=str(REPO), PYSPARK_PYTHON=sys.executable, TMPDIR=str(tmp_path))
