@@ -203,9 +203,9 @@ def _interruptible(console: Any) -> Iterator[threading.Event]:
         yield interrupted
         return
 
-    # the notice goes to the console's stderr as it is now: while Spark starts, kstorm
-    # points fds 1 and 2 at Spark's log (its JVM inherits them), and rich's progress
-    # display redirects sys.stderr while it runs
+    # the notice goes to the console's stderr as it is now: rich's progress display
+    # redirects sys.stderr while it runs (and where pyspark pins no threads, kstorm points
+    # fds 1 and 2 at Spark's log while the JVM starts)
     err = os.dup(2)
 
     def on_sigint(signum: int, frame: Any) -> None:
