@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import sys
 import traceback
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -233,6 +233,7 @@ def submit(target: str, master: str | None, conf_file: Path | None,
     --executor-memory 2g). kstorm and its dependencies must be installed in the same
     Python on every machine.
     """
+    import os
     import subprocess
     import tempfile
 
@@ -242,44 +243,41 @@ def submit(target: str, master: str | None, conf_file: Path | None,
     with tempfile.TemporaryDirectory(prefix="kstorm-submit-") as tmp:
         archive = Path(tmp) / "project.zip"
         shipped = launcher.project_archive(Path.cwd(), archive)
-        submit_args = [*(["--master", master] if master else []),
-                       *_driver_tmpdir_args(spark_args), *spark_args]
+        submit_args = [*(["--master", master] if master else []), *spark_args]
         run_args = [*(["--conf", str(conf_file.resolve())] if conf_file else []),
                     *[a for o in overrides for a in ("-c", o)],
                     *(["--name", name] if name else [])]
         command = spark_submit_command(target, archive, submit_args, run_args)
         click.echo(f"kstorm: shipping {', '.join(shipped) or 'nothing'}", err=True)
         click.echo("kstorm: " + " ".join(command), err=True)
+        env = _with_private_jvm_tmpdir(os.environ)
+        if env.get("SPARK_SUBMIT_OPTS") != os.environ.get("SPARK_SUBMIT_OPTS"):
+            click.echo(f"kstorm: SPARK_SUBMIT_OPTS={env['SPARK_SUBMIT_OPTS']}", err=True)
         if dry_run:
             return
-        code = subprocess.call(command)
+        code = subprocess.call(command, env=env)
     if code:
         raise click.exceptions.Exit(code)
 
 
-def _driver_tmpdir_args(spark_args: Sequence[str]) -> list[str]:
-    """``--driver-java-options -Djava.io.tmpdir=...`` for a driver that runs on this machine.
+def _with_private_jvm_tmpdir(environ: Mapping[str, str]) -> dict[str, str]:
+    """``environ`` with ``-Djava.io.tmpdir`` of a private directory in ``SPARK_SUBMIT_OPTS``.
 
-    spark-submit starts the driver JVM itself, with ``/tmp`` for its temporary files, and a
-    run left a Python-worker socket there every time. In client mode (the driver here) it
-    gets a directory of its own, locked by this process while spark-submit runs and removed
-    by the next start after it (``kstorm/_spark/jvm_tmp.py``). Not in cluster mode (the
-    driver runs elsewhere), nor when the arguments set the driver's Java options.
+    spark-submit starts its JVM itself (the driver, in client deploy mode), with ``/tmp`` for
+    its temporary files, and a run left a Python-worker socket file there every time. Its
+    JVM gets a directory of its own instead, locked by this process while spark-submit runs
+    and removed by the next kstorm start after it (``kstorm/_spark/jvm_tmp.py``).
+    ``SPARK_SUBMIT_OPTS`` goes before ``spark.driver.extraJavaOptions`` on the JVM's command
+    line, so a ``java.io.tmpdir`` set there (or already in ``SPARK_SUBMIT_OPTS``) wins.
     """
     from kstorm._spark import jvm_tmp
 
-    args = list(spark_args)
-    mode = "client"
-    for i, arg in enumerate(args):
-        if arg == "--deploy-mode" and i + 1 < len(args):
-            mode = args[i + 1]
-        elif arg.startswith(("--deploy-mode=", "spark.submit.deployMode=")):
-            mode = arg.split("=", 1)[1]
-    if mode != "client" or any(a.startswith("--driver-java-options") or
-                               a.startswith("spark.driver.extraJavaOptions") for a in args):
-        return []
-    option = jvm_tmp.java_option("")
-    return ["--driver-java-options", option] if option else []
+    env = dict(environ)
+    current = env.get("SPARK_SUBMIT_OPTS", "")
+    option = jvm_tmp.java_option(current)
+    if option != current:
+        env["SPARK_SUBMIT_OPTS"] = option
+    return env
 
 
 @cli.command()

