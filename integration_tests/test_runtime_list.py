@@ -95,6 +95,21 @@ def test_word_count_state_spans_batches(spark, tmp_path):
         [[w] for batch in BATCHES for (s,) in batch if "boom" not in s for w in s.split()])
 
 
+def test_stateful_and_stateless_stages_share_one_pool_of_python_workers(spark, tmp_path):
+    """One worker daemon for the Arrow stages, the spout's reads and the stateful bolt's
+    transformWithState: the first stateful batch takes warm workers instead of starting a
+    second daemon whose workers import pandas again (and stay, ~300 MiB on 2 cores)."""
+    from kstorm._spark.session import _python_workers
+
+    run_to_completion(word_count(), {"kstorm.checkpoint.dir": str(tmp_path / "cp")})
+    keys, entries = [], _python_workers(spark).iterator()
+    while entries.hasNext():
+        key = entries.next()._1()
+        if key.workerModule() == "pyspark.worker":
+            keys.append(key)
+    assert len(keys) == 1, [str(key.envVars()) for key in keys]
+
+
 def test_restart_from_checkpoint_continues_state(spark, tmp_path):
     cp = str(tmp_path / "cp")
     first = run_to_completion(word_count(BATCHES[:2]), {"kstorm.checkpoint.dir": cp})

@@ -39,6 +39,13 @@ def test_the_users_spark_conf_wins_over_kstorms_choice() -> None:
     assert options[KEY] == chosen
 
 
+def test_every_stage_s_python_workers_come_from_one_pool() -> None:
+    """Spark's SQL runners add SPARK_SIMPLIFIED_TRACEBACK to their workers' environment when
+    this is on; its transformWithState runner does not, which made a second worker daemon."""
+    options = spark_options(TopologyConfig.from_conf({}))
+    assert options["spark.sql.execution.pyspark.udf.simplifiedTraceback.enabled"] == "false"
+
+
 def test_no_planner_is_stopped_while_another_query_may_be_planning() -> None:
     """A query of the session before its first batch may be planning: nothing is touched."""
     from types import SimpleNamespace

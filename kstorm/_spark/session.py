@@ -53,6 +53,14 @@ def spark_options(settings: TopologyConfig, app_name: str = "kstorm") -> dict[st
         # bounded by maxRecordsPerBatch.
         "spark.sql.execution.arrow.maxBytesPerBatch": "2147483647",
         "spark.python.worker.reuse": "true",
+        # One pool of Python workers for every stage. Spark keeps a worker daemon (and its
+        # idle workers) per environment, and its SQL runners (mapInArrow, the data sources'
+        # reads) add SPARK_SIMPLIFIED_TRACEBACK=1 to theirs while the transformWithState
+        # runner (stateful and windowed bolts, ackers) does not: a topology with state ran
+        # two daemons, and its first stateful batch waited for new workers to start and import
+        # pandas while the warm ones idled. Off, the tracebacks Spark carries keep pyspark's
+        # frames (kstorm reads only their last exception lines: handle.failure).
+        "spark.sql.execution.pyspark.udf.simplifiedTraceback.enabled": "false",
         # The JVM talks to its Python processes (workers, data-source planners, the
         # streaming source runner) over Unix domain sockets instead of TCP on localhost
         # (Spark 4.1+): a one-offset batch end to end 183 -> 121 ms, the task reading its

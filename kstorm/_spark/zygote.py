@@ -57,6 +57,11 @@ ENV = "KSTORM_ZYGOTE"  # the zygote's address, in the JVM's (and so the launcher
 PRELOAD = ("pyspark.daemon", "pyspark.worker", "pyspark.sql.worker.create_data_source",
            "pyspark.sql.worker.plan_data_source_read",
            "pyspark.sql.streaming.python_streaming_source_runner",
+           # a stateful bolt's transformWithState: its driver-side runner and the workers'
+           # state client import these protobuf messages as they start (~20 ms, and more
+           # where the runner's path starts with a zip, whose directory it reads first)
+           "pyspark.sql.streaming.transform_with_state_driver_worker",
+           "pyspark.sql.streaming.proto.StateMessage_pb2",
            "kstorm", "kstorm._spark.kafka_source", "_kstorm_daemon")
 
 LAUNCHER = '''#!{exe} -IS
