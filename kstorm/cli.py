@@ -157,16 +157,17 @@ def warm_up(master: str, if_needed: bool) -> None:
             "kstorm.checkpoint.dir": tmp, "kstorm.spark.master": master})
     apply_deferred_extensions(spark, wait_s=0)  # their classes go into the cache too
     seconds = time.monotonic() - started
-    sink: Any = result.sinks["sink"]  # a kstorm.testing.CaptureSink
+    sink: Any = result.sinks["sink"]  # kstorm.testing.CaptureSinks
     received = sum(len(batch) for batch in sink.batches.values())
+    counted = sum(len(batch) for batch in result.sinks["counts"].batches.values())
     if launch.class_archive_state() == "recording":
         stop_jvm()  # the JVM writes the class archive as it exits
         launch.claim_recorded_archive()
     state = launch.class_archive_state()
     click.echo(f"Spark started and ran a test topology in {seconds:.1f} s ({received} tuples); "
                f"JVM class cache: {state}")
-    if received != 200:
-        msg = f"the warm-up topology delivered {received} of 200 tuples"
+    if received != 200 or counted != 200:
+        msg = f"the warm-up topology delivered {received} and {counted} of 200 tuples"
         raise KstormError(msg, hint="this is a bug: please report it with `kstorm -v warm-up`")
 
 
