@@ -209,3 +209,20 @@ def test_submit_gives_spark_submit_s_jvm_its_own_temporary_directory(
         if jvm_tmp._own is not None:
             os.close(jvm_tmp._own[2])
         shutil.rmtree(short, ignore_errors=True)
+
+
+def test_doctor_warns_when_spark_s_python_is_another_interpreter(monkeypatch, tmp_path):
+    import sys
+
+    from kstorm import doctor
+
+    shim = tmp_path / "python3"  # e.g. pyenv's shim: a script, not this interpreter
+    shim.write_text("#!/bin/sh\nexec python3 \"$@\"\n")
+    shim.chmod(0o755)
+    monkeypatch.setenv("PYSPARK_PYTHON", str(shim))
+    check = doctor.spark_python()
+    assert check.status == "warn"
+    assert f"PYSPARK_PYTHON={shim} is not this interpreter" in check.found
+    assert f"set it to {sys.executable}" in check.hint
+    monkeypatch.setenv("PYSPARK_PYTHON", sys.executable)
+    assert doctor.spark_python().status == "ok"
