@@ -171,15 +171,14 @@ def spark_python() -> Check:
     kstorm first, seconds later to a topology's first result on 2 cores.
     """
     import os
-    import shutil
 
     from kstorm._spark import zygote
-    from kstorm._spark.session import same_interpreter
+    from kstorm._spark.session import other_spark_python
 
     name = "Spark's Python"
-    python = os.environ.get("PYSPARK_PYTHON")
-    if python and not same_interpreter(shutil.which(python) or python, sys.executable):
-        where = shutil.which(python) or python
+    where = other_spark_python()
+    if where is not None:
+        python = os.environ.get("PYSPARK_PYTHON", "")
         shown = python if where == python else f"{python} ({where})"
         return Check(name, "warn", f"new interpreters: PYSPARK_PYTHON={shown} is not this "
                      "interpreter", f"unset PYSPARK_PYTHON or set it to {sys.executable}: "

@@ -344,10 +344,16 @@ def zygote_wanted(settings: TopologyConfig) -> bool:
     """
     if not settings.python_zygote or not (settings.spark_master or "").startswith("local"):
         return False
-    python = os.environ.get("PYSPARK_PYTHON") or sys.executable
-    if not same_interpreter(shutil.which(python) or python, sys.executable):
+    if other_spark_python() is not None:
         return False
     return zygote.launcher() is not None
+
+
+def other_spark_python() -> str | None:
+    """Where ``PYSPARK_PYTHON`` leads (on ``PATH``) when that is not this interpreter, or None."""
+    python = os.environ.get("PYSPARK_PYTHON") or sys.executable
+    where = shutil.which(python) or python
+    return None if same_interpreter(where, sys.executable) else where
 
 
 def same_interpreter(a: str, b: str) -> bool:
