@@ -2,7 +2,7 @@
 
 Run: ``python -m bench.topology_throughput`` (or ``python bench/topology_throughput.py``)
 from the repository root; ``--sentences N`` (default 400,000: 8 batches), ``--sink memory``,
-``--no-profile``.
+``--no-profile``, ``--count-tasks N`` (the stateful bolt's tasks, default 3).
 
 1. Start the embedded broker (tansu), create a 4-partition topic and produce N JSON
    sentences of ~8 words (``integration_tests/topologies.py``), round-robin over partitions.
@@ -287,8 +287,8 @@ def redis_counts(url: str, run: str) -> Any:
 
 
 def run_once(name: str, bootstrap: str, topic: str, checkpoint: Path,
-             extra_conf: dict[str, Any] | None = None, redis_url: str | None = None
-             ) -> dict[str, Any]:
+             extra_conf: dict[str, Any] | None = None, redis_url: str | None = None,
+             count_tasks: int = 3) -> dict[str, Any]:
     """One available-now run of the word count; returns its figures and the sink."""
     from topologies import LatestCounts, word_count
 
@@ -302,7 +302,7 @@ def run_once(name: str, bootstrap: str, topic: str, checkpoint: Path,
     sampler = Sampler(os.getpid()).start()
     started = time.monotonic()
     sink = LatestCounts() if redis_url is None else redis_counts(redis_url, name)
-    handle = submit_topology(name, conf, word_count(spout, sink))
+    handle = submit_topology(name, conf, word_count(spout, sink, count_tasks=count_tasks))
     handle.await_termination()
     wall = time.monotonic() - started
     sampler.stop()
@@ -336,7 +336,8 @@ def machine() -> str:
 
 
 def profile_run(name: str, bootstrap: str, topic: str, checkpoint: Path,
-                out: Path, redis_url: str | None) -> dict[str, Any] | None:
+                out: Path, redis_url: str | None, count_tasks: int = 3
+                ) -> dict[str, Any] | None:
     """The same run under py-spy (all Python processes of the tree); None without py-spy."""
     pyspy = shutil.which("py-spy")
     if pyspy is None:
@@ -350,7 +351,8 @@ def profile_run(name: str, bootstrap: str, topic: str, checkpoint: Path,
         if spy.poll() is not None:
             print(f"py-spy failed: {spy.stderr.read().decode()[-500:] if spy.stderr else ''}")
             return None
-        result = run_once(name, bootstrap, topic, checkpoint, redis_url=redis_url)
+        result = run_once(name, bootstrap, topic, checkpoint, redis_url=redis_url,
+                          count_tasks=count_tasks)
     finally:
         if spy.poll() is None:
             spy.send_signal(signal.SIGINT)
@@ -374,6 +376,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--profile-sentences", type=int, default=BATCH_CAP,
                         help="size of the profiled run (a topic of its own)")
     parser.add_argument("--no-profile", action="store_true")
+    parser.add_argument("--count-tasks", type=int, default=3,
+                        help="tasks of the stateful count bolt (default 3)")
     parser.add_argument("--profile-out", type=Path, default=None,
                         help="keep py-spy's raw samples in this file")
     args = parser.parse_args(argv)
@@ -411,19 +415,20 @@ def main(argv: list[str] | None = None) -> None:
             master = str(spark.sparkContext.master)
             try:
                 run = run_once("bench-wordcount", bootstrap, "bench-sentences", work / "cp1",
-                               redis_url=redis_url)
+                               redis_url=redis_url, count_tasks=args.count_tasks)
                 check_counts(run["sink"], words)
                 raws.append(raw_word_count(bootstrap, ends, words))
                 report = figures(run, len(records), sum(words.values()))
                 report["raw_words_s"] = [raw.rate for raw in raws]
                 report["load"] = (load_before, os.getloadavg()[0])
                 report["sink"] = args.sink
+                report["count_tasks"] = args.count_tasks
                 print_figures(report, session_s, master)
                 profile = None
                 if not args.no_profile:
                     profile = profile_run("bench-wordcount-profiled", bootstrap,
                                           "bench-profile", work / "cp2", work / "pyspy.txt",
-                                          redis_url)
+                                          redis_url, args.count_tasks)
                 if profile is not None:
                     check_counts(profile["run"]["sink"], word_counts(small))
                     profile["sentences"] = len(small)
@@ -581,7 +586,8 @@ def write_results(r: dict[str, Any], profile: dict[str, Any] | None, session_s: 
         "run): `sentences` KafkaSpout (JSON `{id, sentence}` of 5-11 words drawn from "
         f"{VOCABULARY:,} words with Zipf weights, 4 partitions) "
         "--shuffle--> `split` (BaseBasicBolt, 2 tasks) --fields(word)--> `count` "
-        "(BaseStatefulBolt, 3 tasks, Spark state store via transformWithStateInPandas) "
+        f"(BaseStatefulBolt, {r.get('count_tasks', 3)} tasks, Spark state store via "
+        "transformWithStateInPandas) "
         f"--fields(word)--> `out` ({SINKS[r['sink']]}). Available-now, "
         f"`max_offsets_per_batch={BATCH_CAP:,}`, master `{master}`. Counts checked "
         "against the produced sentences.", "",

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from kstorm import BaseBasicBolt, Fields, TopologyBuilder
+from kstorm import BaseBasicBolt, BaseStatefulBolt, Fields, TopologyBuilder
 from kstorm.testing import ListSpout, run_to_completion
 
 
@@ -86,3 +86,42 @@ def test_each_task_of_a_fields_grouped_bolt_runs_in_a_partition_of_its_own(
         assert sorted(r[2] for r in rows) == list(range(200))
         assert {(task, part) for task, part, _ in rows} == {
             (t, t) for t in range(parallelism)}
+
+
+class StatefulWhichPartition(BaseStatefulBolt):
+    """A stateful bolt emitting ``(task_index, Spark partition, n)``."""
+
+    def init_state(self, state: Any) -> None:
+        self.state = state
+
+    def prepare(self, conf: dict[str, Any], context: Any, collector: Any) -> None:
+        self.task, self.collector = context.task_index, collector
+
+    def declare_output_fields(self, declarer: Any) -> None:
+        declarer.declare(Fields("task", "partition", "n"))
+
+    def execute(self, tuple_: Any) -> None:
+        from kstorm._spark.stage import _partition
+
+        n = tuple_.values[0]
+        self.state.put(n, self.task)
+        self.collector.emit([self.task, _partition(), n], anchors=tuple_)
+        self.collector.ack(tuple_)
+
+
+def test_the_tasks_of_a_stateful_bolt_spread_over_sparks_partitions(
+        spark: Any, tmp_path: Any) -> None:
+    """Grouped on the task index, both tasks of a 2-task stateful bolt ran in one partition."""
+    partitions = int(spark.conf.get("spark.sql.shuffle.partitions"))
+    for parallelism in (2, 4):
+        builder = TopologyBuilder()
+        builder.set_spout("numbers", ListSpout([[(i,) for i in range(200)]], Fields("n"),
+                                               partitions=2))
+        builder.set_bolt("where", StatefulWhichPartition(), parallelism).fields_grouping(
+            "numbers", Fields("n"))
+        result = run_to_completion(builder.create_topology(), {
+            "kstorm.checkpoint.dir": str(tmp_path / f"cp{parallelism}")})
+        rows = result.emitted["where"]["default"]
+        assert sorted(r[2] for r in rows) == list(range(200))
+        assert {(task, part) for task, part, _ in rows} == {
+            (t, t % partitions) for t in range(parallelism)}

@@ -13,6 +13,7 @@ from kstorm import (
     TopologyBuilder,
     submit_topology,
 )
+from kstorm._runtime.checkpoint import CheckpointLayout
 from kstorm.testing import CaptureSink, ListSpout, run_to_completion
 from kstorm.windowing import Duration
 from kstorm.windowing.aggregate import Agg, WindowedAggregate
@@ -118,6 +119,24 @@ def test_restart_from_checkpoint_continues_state(spark, tmp_path):
     # only the new list batch ran, and the counts continued from the saved state
     assert sorted(second.sinks["out"].batches) == [2]
     assert sorted(map(tuple, second.sinks["out"].values)) == [("cat", 3), ("cat", 4)]
+
+
+def test_a_checkpoint_from_before_task_keys_keeps_its_state(spark, tmp_path):
+    """A checkpoint whose stateful stage grouped on the task index keeps doing so.
+
+    Spark stores a stateful stage's state under its grouping key. kstorm now groups on keys
+    that spread the tasks over Spark's partitions (``compiler.recorded_task_keys``); a
+    checkpoint that ran before has its state under the task index and must keep it.
+    """
+    cp = tmp_path / "cp"
+    layout = CheckpointLayout(cp)
+    # the first run groups as kstorm did before it recorded keys: on the task index
+    layout.set_task_keys({"count": {"kind": "task", "partitions": 4, "keys": [0, 1, 2]}})
+    run_to_completion(word_count(BATCHES[:2]), {"kstorm.checkpoint.dir": str(cp)})
+    layout.task_keys_path.unlink()  # ... and has no record of it
+    second = run_to_completion(word_count(BATCHES), {"kstorm.checkpoint.dir": str(cp)})
+    assert sorted(map(tuple, second.sinks["out"].values)) == [("cat", 3), ("cat", 4)]
+    assert layout.task_keys()["count"] == {"kind": "task", "partitions": 4, "keys": [0, 1, 2]}
 
 
 class KeepTypes(BaseStatefulBolt):

@@ -2,14 +2,29 @@
 
 Spark's hash partitioning puts a row in ``pmod(murmur3(key, 42), n)``; on the task index
 itself that sent both tasks of a 2-task bolt to partition 1. kstorm partitions on a key per
-task that lands in the task's own partition (``compiler.task_partition_keys``).
+task that lands in the task's own partition (``compiler.task_partition_keys``), and groups a
+stateful or windowed stage on such keys, recorded with the checkpoint
+(``compiler.recorded_task_keys``).
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from kstorm._spark.compiler import _murmur3_int, task_partition_keys
+from kstorm import BaseStatefulBolt, Fields, TopologyBuilder
+from kstorm._runtime.checkpoint import CheckpointLayout
+from kstorm._runtime.plan import compile_plan
+from kstorm._spark.compiler import (
+    _murmur3_int,
+    recorded_task_keys,
+    task_of_key,
+    task_partition_keys,
+    tws_task_keys,
+)
+from kstorm.errors import TopologyError
+from kstorm.testing import CaptureSink, ListSpout
 
 
 def test_murmur3_is_sparks_hash_of_an_int() -> None:
@@ -24,3 +39,72 @@ def test_murmur3_is_sparks_hash_of_an_int() -> None:
 def test_every_task_has_a_partition_of_its_own(n: int) -> None:
     keys = task_partition_keys(n)
     assert [_murmur3_int(k) % n for k in keys] == list(range(n))
+
+
+# -- stateful and windowed stages: groupBy(task key).transformWithState ------------------------
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 7, 16])
+@pytest.mark.parametrize("partitions", [1, 2, 3, 4, 8])
+def test_stateful_task_keys_spread_tasks_evenly_and_give_the_task_back(n: int,
+                                                                       partitions: int) -> None:
+    keys = tws_task_keys(n, partitions)
+    assert [task_of_key(k, n) for k in keys] == list(range(n))
+    assert [_murmur3_int(k) % partitions for k in keys] == [t % partitions for t in range(n)]
+
+
+def _plan(parallelism: int) -> tuple[object, object]:
+    b = TopologyBuilder()
+    b.set_spout("lines", ListSpout([[("x",)]], Fields("word")))
+    b.set_bolt("count", Count(), parallelism).fields_grouping("lines", Fields("word"))
+    b.set_bolt("out", CaptureSink()).global_grouping("count")
+    topology = b.create_topology()
+    return topology, compile_plan(topology)
+
+
+class Count(BaseStatefulBolt):
+    def init_state(self, state: object) -> None:
+        self.state = state
+
+    def declare_output_fields(self, d: object) -> None:
+        d.declare(Fields("word"))  # type: ignore[attr-defined]
+
+    def execute(self, t: object) -> None:
+        pass
+
+
+def test_a_new_checkpoint_records_balanced_keys_and_keeps_them(tmp_path: Path) -> None:
+    layout = CheckpointLayout(tmp_path / "cp")
+    topology, plan = _plan(2)
+    assert recorded_task_keys(layout, plan, topology, 2) == {"count": [2, 1]}
+    assert layout.task_keys()["count"] == {"kind": "balanced", "partitions": 2, "keys": [2, 1]}
+    # Spark keeps the state under these keys: a later session with other partitions keeps them
+    assert recorded_task_keys(layout, plan, topology, 4) == {"count": [2, 1]}
+
+
+def test_a_checkpoint_that_ran_before_keys_were_recorded_keeps_the_task_index(
+        tmp_path: Path) -> None:
+    layout = CheckpointLayout(tmp_path / "cp")
+    (layout.checkpoint / "offsets").mkdir(parents=True)
+    (layout.checkpoint / "offsets" / "0").write_text("v1")  # Spark planned batch 0 before
+    topology, plan = _plan(2)
+    assert recorded_task_keys(layout, plan, topology, 2) == {"count": [0, 1]}
+    assert layout.task_keys()["count"]["kind"] == "task"
+    topology3, plan3 = _plan(3)  # a new parallelism keeps that kind of key
+    assert recorded_task_keys(layout, plan3, topology3, 2) == {"count": [0, 1, 2]}
+
+
+def test_a_changed_parallelism_gets_keys_for_the_checkpoints_partitions(tmp_path: Path) -> None:
+    layout = CheckpointLayout(tmp_path / "cp")
+    topology, plan = _plan(2)
+    recorded_task_keys(layout, plan, topology, 2)
+    topology4, plan4 = _plan(4)
+    assert recorded_task_keys(layout, plan4, topology4, 8) == {"count": tws_task_keys(4, 2)}
+    assert layout.task_keys()["count"]["partitions"] == 2
+
+
+def test_recorded_keys_that_do_not_give_one_key_per_task_are_refused(tmp_path: Path) -> None:
+    layout = CheckpointLayout(tmp_path / "cp")
+    layout.set_task_keys({"count": {"kind": "balanced", "partitions": 2, "keys": [1, 1]}})
+    topology, plan = _plan(2)
+    with pytest.raises(TopologyError, match="not one per task"):
+        recorded_task_keys(layout, plan, topology, 2)

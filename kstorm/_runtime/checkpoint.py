@@ -15,6 +15,9 @@ what the driver and the sources need to replay a batch exactly, next to them::
         spouts/<spout>/<seq>          a free-form spout's logged batches (spout_log.py)
         txmeta/<spout>.json           a transactional spout's partition metadata after its
                                       last committed batch (what replays really emitted)
+        task_keys.json                the grouping key of each task of a stateful or windowed
+                                      stage, fixed at the checkpoint's first run (Spark keeps
+                                      the stage's state under it; compiler.py)
 
 Every file is written atomically (:meth:`CheckpointLayout.write`: a temporary file, fsync,
 rename, fsync of the directory), so a reader sees a whole file or the previous one. Files
@@ -28,10 +31,12 @@ Pure file handling, no Spark: Spark's own ``offsets/`` and ``commits/`` are read
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 log = logging.getLogger("kstorm")
 
@@ -102,6 +107,24 @@ class CheckpointLayout:
     def set_txid_base(self, base: int) -> None:
         """Record the txid base (before the query starts)."""
         self.write(self.txid_base_path, str(base).encode())
+
+    # -- task keys -------------------------------------------------------------------------
+
+    @property
+    def task_keys_path(self) -> Path:
+        """``task_keys.json``."""
+        return self.root / "task_keys.json"
+
+    def task_keys(self) -> dict[str, dict[str, Any]] | None:
+        """The recorded task keys per stateful stage's bolt (None: none recorded)."""
+        try:
+            return json.loads(self.task_keys_path.read_text())
+        except FileNotFoundError:
+            return None
+
+    def set_task_keys(self, keys: dict[str, dict[str, Any]]) -> None:
+        """Record the task keys (before the query starts)."""
+        self.write(self.task_keys_path, json.dumps(keys, sort_keys=True).encode())
 
     # -- files -----------------------------------------------------------------------------
 

@@ -91,6 +91,7 @@ ATTEMPT_COLUMN = "__attempt"  # a tracked spout row: 0 for a first emit, n for t
 PLANNED_COLUMN = "__planned"  # a tracked spout row: when its batch was planned (ms)
 NOW_COLUMN = "__now"          # a windowed bolt stage's input: the batch's processing time (ms)
 TASK_COLUMN = "__task"        # the task a row goes to (set before an exchange)
+TASK_KEY_COLUMN = "__task_key"  # a stateful stage's grouping key for the task (compiler.py)
 STREAM_COLUMN = "__stream"    # a free-form spout row's stream ...
 VALS_COLUMN = "__vals"        # ... and its pickled values
 KAFKA_ID_COLUMNS = ("topic", "partition", "offset")

@@ -9,8 +9,9 @@ Per stage (see ``kstorm/_runtime/plan.py`` for how bolts are grouped into stages
 2. Its partitioning: fields -> ``__task = pmod(hash, n)`` and a hash partitioning that
    gives each task its own partition (:func:`task_partition_keys`); global -> one
    partition; all -> one row per task; shuffle -> unchanged.
-3. Its operator: ``mapInArrow`` (stateless) or ``groupBy("__task")
-   .transformWithStateInPandas`` (stateful or windowed head bolt).
+3. Its operator: ``mapInArrow`` (stateless) or ``groupBy(task key)
+   .transformWithStateInPandas`` (stateful or windowed head bolt; the task keys spread
+   the tasks over Spark's partitions: :func:`tws_task_keys`).
 
 The union of the leaf stages is what the commit phase (``foreachBatch``) receives; at
 least once, it first goes through the acker tasks (``kstorm/_spark/acker.py``), which turn
@@ -28,8 +29,15 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from kstorm._runtime.checkpoint import CheckpointLayout
-from kstorm._runtime.envelope import ATTEMPT_COLUMN, ENVELOPE_DDL, NOW_COLUMN, PLANNED_COLUMN
+from kstorm._runtime.envelope import (
+    ATTEMPT_COLUMN,
+    ENVELOPE_DDL,
+    NOW_COLUMN,
+    PLANNED_COLUMN,
+    TASK_KEY_COLUMN,
+)
 from kstorm._runtime.plan import AckingPlan, PartitionKind, Plan, Stage, source_kind
+from kstorm._spark.offset_log import next_batch_id
 from kstorm._spark.sources import read_spout
 from kstorm._spark.stage import StageContext, StageRunner, stateful_processor
 from kstorm._spark.windowed import WindowStageRunner
@@ -61,6 +69,8 @@ def compile_query(spark: SparkSession, topology: StormTopology, plan: Plan, name
     the ackers run at the end of the plan. ``txid_base``: txid = base + batch id.
     """
     run = uuid.uuid4().hex  # the stages' run ids: "<run>.<stage>" (bolt instances, affinity)
+    task_keys = recorded_task_keys(layout, plan, topology,
+                                   int(spark.conf.get("spark.sql.shuffle.partitions") or 1))
     raw: dict[int, DataFrame] = {}
     env: dict[int, DataFrame] = {}
     readers = _envelope_readers(plan, topology)
@@ -121,15 +131,17 @@ def compile_query(spark: SparkSession, topology: StormTopology, plan: Plan, name
             frame = _partition_envelope(frame, stage, topology)
         if stage.windowed:
             frame = frame.withColumn(NOW_COLUMN, F.unix_millis(F.current_timestamp()))
+            frame, key = _keyed(frame, task_keys[stage.head])
             ctx.input_columns = list(frame.columns)
             ctx.input_schema = to_arrow_schema(frame.schema)
             spec = windowed_spec(topology, plan, stage, settings, window_seeds or {})
-            out = frame.groupBy("__task").transformWithStateInPandas(
+            out = frame.groupBy(key).transformWithStateInPandas(
                 windowed_processor(ctx, spec), ENVELOPE_DDL, "Append", spec.time_mode)
         elif stage.stateful:
+            frame, key = _keyed(frame, task_keys[stage.head])
             ctx.input_columns = [c for c in frame.columns]
             ctx.input_schema = to_arrow_schema(frame.schema)
-            out = frame.groupBy("__task").transformWithStateInPandas(
+            out = frame.groupBy(key).transformWithStateInPandas(
                 stateful_processor(ctx), ENVELOPE_DDL, "Append", "None")
         else:
             out = frame.mapInArrow(StageRunner(ctx), ENVELOPE_DDL)
@@ -211,6 +223,19 @@ def _union_inputs(stage: Stage, env: dict[int, DataFrame], readers: dict[int, li
     return out
 
 
+def _keyed(frame: DataFrame, keys: list[int]) -> tuple[DataFrame, str]:
+    """``frame`` with a stateful stage's grouping key (:func:`recorded_task_keys`), and its name.
+
+    Keys equal to the task indexes (a checkpoint from before they were recorded) group on
+    ``__task`` itself; others are a column of their own, which the processor's rows drop
+    again (``stage.typed_rows``).
+    """
+    if keys == list(range(len(keys))):
+        return frame, "__task"
+    key = F.element_at(F.array(*[F.lit(k) for k in keys]), F.col("__task") + 1)
+    return frame.withColumn(TASK_KEY_COLUMN, key), TASK_KEY_COLUMN
+
+
 def _partition_raw(frame: DataFrame, stage: Stage, topology: StormTopology) -> DataFrame:
     p = stage.partitioning
     n = topology.components[stage.head].parallelism
@@ -264,6 +289,76 @@ def task_partition_keys(n: int) -> list[int]:
             keys[t], missing = k, missing - 1
         k += 1
     return [int(key) for key in keys if key is not None]
+
+
+def tws_task_keys(n: int, partitions: int) -> list[int]:
+    """Grouping keys of a stateful stage's ``n`` tasks: task ``t`` in partition ``t % partitions``.
+
+    A stateful or windowed stage runs as ``groupBy(key).transformWithState``, which Spark
+    hash-partitions into ``spark.sql.shuffle.partitions`` partitions. Grouped on the task
+    index itself, tasks 0 and 1 of a 2-task bolt both went to partition 1 of 2: one Spark
+    task ran the whole stage and the other core idled. Task ``t``'s key is the smallest
+    ``t + n * j`` (``j >= 0``) that Spark puts in partition ``t % partitions``, so the tasks
+    spread evenly and ``key % n`` gives the task back (:func:`task_of_key`).
+
+    Example:
+        >>> tws_task_keys(2, 2)
+        [2, 1]
+        >>> [task_of_key(k, 2) for k in tws_task_keys(2, 2)]
+        [0, 1]
+    """
+    keys = []
+    for t in range(n):
+        k = t
+        while _murmur3_int(k) % partitions != t % partitions:
+            k += n
+        keys.append(k)
+    return keys
+
+
+def task_of_key(key: int, n: int) -> int:
+    """The task of a stateful stage's grouping key (:func:`tws_task_keys`; old keys: the task)."""
+    return key % n
+
+
+def recorded_task_keys(layout: CheckpointLayout, plan: Plan, topology: StormTopology,
+                       partitions: int) -> dict[str, list[int]]:
+    """Each stateful or windowed stage's task keys, kept in the checkpoint from its first run.
+
+    Spark keeps a stage's state under its grouping key, so a checkpoint keeps the keys it
+    started with (``kstorm/task_keys.json``), whatever ``spark.sql.shuffle.partitions`` says
+    later. A checkpoint that ran before kstorm recorded them grouped on the task index
+    itself: it keeps those keys (its state is stored under them). A bolt whose parallelism
+    changed gets keys of the same kind for its new task count.
+    """
+    heads = [s.head for s in plan.stages
+             if s.stateful or (s.windowed and not s.native_window)]
+    found = layout.task_keys()
+    recorded = dict(found or {})
+    legacy = found is None and next_batch_id(layout.checkpoint) > 0
+    kind = "task" if legacy or {e.get("kind") for e in recorded.values()} == {"task"} \
+        else "balanced"
+    # the checkpoint's partitions: Spark keeps those of its first run
+    partitions = next((int(e["partitions"]) for e in recorded.values()), partitions)
+    changed = found is None
+    for head in heads:
+        n = topology.components[head].parallelism
+        entry = recorded.get(head)
+        if entry is None or len(entry["keys"]) != n:
+            keys = list(range(n)) if kind == "task" else tws_task_keys(n, partitions)
+            recorded[head] = {"kind": kind, "partitions": partitions, "keys": keys}
+            changed = True
+    if changed:
+        layout.set_task_keys(recorded)
+    for head in heads:
+        keys = recorded[head]["keys"]
+        n = topology.components[head].parallelism
+        if [task_of_key(k, n) for k in keys] != list(range(n)):
+            msg = (f"{layout.task_keys_path} gives bolt {head!r} the keys {keys}, which are "
+                   f"not one per task of its {n}")
+            raise TopologyError(msg, hint="restore the file from the checkpoint's backup, "
+                                "or start over with a new checkpoint directory")
+    return {head: recorded[head]["keys"] for head in heads}
 
 
 def _murmur3_int(value: int, seed: int = 42) -> int:

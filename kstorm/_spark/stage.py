@@ -29,6 +29,7 @@ from kstorm._runtime.envelope import (
     METRICS,
     RAW_COLUMN,
     STREAM_COLUMN,
+    TASK_KEY_COLUMN,
     VALS_COLUMN,
     Outgoing,
     Packed,
@@ -582,7 +583,9 @@ def stateful_processor(ctx: StageContext) -> Any:
 
             if self._ctx is None:
                 self._ctx = pickle.loads(packed_ctx)
-            return stateful_task(self._ctx, self._kv, int(key[0]), rows)
+            ctx = self._ctx
+            n = ctx.topology.components[ctx.stage.head].parallelism
+            return stateful_task(ctx, self._kv, int(key[0]) % n, rows)  # task_of_key
 
         def close(self) -> None:
             pass
@@ -655,6 +658,10 @@ def typed_rows(pdf: Any, ctx: StageContext) -> pa.RecordBatch:
     if schema is None or len(schema) != len(pdf.columns):
         if ctx.input_columns is not None and len(ctx.input_columns) == len(pdf.columns):
             pdf.columns = ctx.input_columns
-        return pa.RecordBatch.from_pandas(pdf, preserve_index=False)
-    pdf.columns = schema.names
-    return pa.RecordBatch.from_pandas(pdf, schema=schema, preserve_index=False)
+        batch = pa.RecordBatch.from_pandas(pdf, preserve_index=False)
+    else:
+        pdf.columns = schema.names
+        batch = pa.RecordBatch.from_pandas(pdf, schema=schema, preserve_index=False)
+    if TASK_KEY_COLUMN in batch.schema.names:  # the grouping key: not a column rows carry on
+        batch = batch.drop_columns([TASK_KEY_COLUMN])
+    return batch

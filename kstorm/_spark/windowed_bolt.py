@@ -99,6 +99,8 @@ def windowed_processor(ctx: StageContext, spec: WindowedStageSpec) -> Any:
     """The ``StatefulProcessor`` of a windowed bolt's stage."""
     from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 
+    n_tasks = ctx.topology.components[ctx.stage.head].parallelism
+
     class WindowedStage(StatefulProcessor):
         def init(self, handle: Any) -> None:
             freeze_imports()
@@ -109,11 +111,11 @@ def windowed_processor(ctx: StageContext, spec: WindowedStageSpec) -> Any:
 
         def handleInputRows(self, key: Any, rows: Iterator[Any], timerValues: Any
                             ) -> Iterator[Any]:
-            yield from self._batch(int(key[0]), rows, timerValues)
+            yield from self._batch(int(key[0]) % n_tasks, rows, timerValues)  # task_of_key
 
         def handleExpiredTimer(self, key: Any, timerValues: Any, expiredTimerInfo: Any
                                ) -> Iterator[Any]:
-            yield from self._batch(int(key[0]), None, timerValues)
+            yield from self._batch(int(key[0]) % n_tasks, None, timerValues)
 
         def _batch(self, task: int, rows: Iterator[Any] | None, timer_values: Any
                    ) -> Iterator[Any]:
