@@ -23,7 +23,7 @@ from kstorm._spark.compiler import (
     task_partition_keys,
     tws_task_keys,
 )
-from kstorm.errors import TopologyError
+from kstorm.errors import StateError
 from kstorm.testing import CaptureSink, ListSpout
 
 
@@ -106,5 +106,19 @@ def test_recorded_keys_that_do_not_give_one_key_per_task_are_refused(tmp_path: P
     layout = CheckpointLayout(tmp_path / "cp")
     layout.set_task_keys({"count": {"kind": "balanced", "partitions": 2, "keys": [1, 1]}})
     topology, plan = _plan(2)
-    with pytest.raises(TopologyError, match="not one per task"):
+    with pytest.raises(StateError, match="not one per task"):
         recorded_task_keys(layout, plan, topology, 2)
+
+
+@pytest.mark.parametrize("text", ["{not json", '{"count": {"kind": "balanced"}}', "[1, 2]",
+                                  '{"count": {"kind": "balanced", "partitions": 2, '
+                                  '"keys": ["x", 1]}}'])
+def test_a_task_keys_file_that_cannot_be_read_is_an_error_naming_it(tmp_path: Path,
+                                                                    text: str) -> None:
+    layout = CheckpointLayout(tmp_path / "cp")
+    layout.root.mkdir(parents=True)
+    layout.task_keys_path.write_text(text)
+    topology, plan = _plan(2)
+    with pytest.raises(StateError, match="task_keys.json cannot be read") as err:
+        recorded_task_keys(layout, plan, topology, 2)
+    assert "new checkpoint directory" in (err.value.hint or "")

@@ -43,7 +43,7 @@ from kstorm._spark.stage import StageContext, StageRunner, stateful_processor
 from kstorm._spark.windowed import WindowStageRunner
 from kstorm._spark.windowed_bolt import windowed_processor, windowed_spec
 from kstorm.config import TopologyConfig
-from kstorm.errors import TopologyError
+from kstorm.errors import StateError, TopologyError
 from kstorm.topology import StormTopology
 
 
@@ -333,7 +333,7 @@ def recorded_task_keys(layout: CheckpointLayout, plan: Plan, topology: StormTopo
     """
     heads = [s.head for s in plan.stages
              if s.stateful or (s.windowed and not s.native_window)]
-    found = layout.task_keys()
+    found = _read_task_keys(layout)
     recorded = dict(found or {})
     legacy = found is None and next_batch_id(layout.checkpoint) > 0
     kind = "task" if legacy or {e.get("kind") for e in recorded.values()} == {"task"} \
@@ -356,9 +356,26 @@ def recorded_task_keys(layout: CheckpointLayout, plan: Plan, topology: StormTopo
         if [task_of_key(k, n) for k in keys] != list(range(n)):
             msg = (f"{layout.task_keys_path} gives bolt {head!r} the keys {keys}, which are "
                    f"not one per task of its {n}")
-            raise TopologyError(msg, hint="restore the file from the checkpoint's backup, "
-                                "or start over with a new checkpoint directory")
+            raise StateError(msg, hint=_KEYS_HINT)
     return {head: recorded[head]["keys"] for head in heads}
+
+
+_KEYS_HINT = ("restore the file from a copy of the checkpoint, or start over with a new "
+              "checkpoint directory (its state starts empty)")
+
+
+def _read_task_keys(layout: CheckpointLayout) -> dict[str, dict[str, Any]] | None:
+    """The checkpoint's recorded task keys; a file that cannot be read is an error."""
+    try:
+        found = layout.task_keys()
+        for entry in (found or {}).values():
+            entry["keys"] = [int(k) for k in entry["keys"]]
+            entry["partitions"] = int(entry["partitions"])
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        msg = (f"{layout.task_keys_path} cannot be read ({type(exc).__name__}: {exc}); it "
+               "says under which key Spark's state store keeps each stateful bolt task's state")
+        raise StateError(msg, hint=_KEYS_HINT) from exc
+    return found
 
 
 def _murmur3_int(value: int, seed: int = 42) -> int:
