@@ -75,17 +75,21 @@ def test_each_task_of_a_fields_grouped_bolt_runs_in_a_partition_of_its_own(
         spark: Any, tmp_path: Any) -> None:
     """Spark's hash of the task index sent both tasks of a 2-task bolt to one partition."""
     for parallelism in (2, 4):
-        builder = TopologyBuilder()
-        builder.set_spout("numbers", ListSpout([[(i,) for i in range(200)]], Fields("n"),
-                                               partitions=2))
-        builder.set_bolt("where", WhichPartition(), parallelism).fields_grouping(
-            "numbers", Fields("n"))
-        result = run_to_completion(builder.create_topology(), {
-            "kstorm.checkpoint.dir": str(tmp_path / f"cp{parallelism}")})
-        rows = result.emitted["where"]["default"]
-        assert sorted(r[2] for r in rows) == list(range(200))
-        assert {(task, part) for task, part, _ in rows} == {
-            (t, t) for t in range(parallelism)}
+        assert where_tasks_ran(WhichPartition(), parallelism, tmp_path / f"cp{parallelism}"
+                               ) == {(t, t) for t in range(parallelism)}
+
+
+def where_tasks_ran(bolt: Any, parallelism: int, checkpoint: Any) -> set[tuple[int, int]]:
+    """``(task, Spark partition)`` pairs of ``bolt`` (fields-grouped) over 200 numbers."""
+    builder = TopologyBuilder()
+    builder.set_spout("numbers", ListSpout([[(i,) for i in range(200)]], Fields("n"),
+                                           partitions=2))
+    builder.set_bolt("where", bolt, parallelism).fields_grouping("numbers", Fields("n"))
+    result = run_to_completion(builder.create_topology(),
+                               {"kstorm.checkpoint.dir": str(checkpoint)})
+    rows = result.emitted["where"]["default"]
+    assert sorted(r[2] for r in rows) == list(range(200))
+    return {(task, part) for task, part, _ in rows}
 
 
 class StatefulWhichPartition(BaseStatefulBolt):
@@ -114,14 +118,6 @@ def test_the_tasks_of_a_stateful_bolt_spread_over_sparks_partitions(
     """Grouped on the task index, both tasks of a 2-task stateful bolt ran in one partition."""
     partitions = int(spark.conf.get("spark.sql.shuffle.partitions"))
     for parallelism in (2, 4):
-        builder = TopologyBuilder()
-        builder.set_spout("numbers", ListSpout([[(i,) for i in range(200)]], Fields("n"),
-                                               partitions=2))
-        builder.set_bolt("where", StatefulWhichPartition(), parallelism).fields_grouping(
-            "numbers", Fields("n"))
-        result = run_to_completion(builder.create_topology(), {
-            "kstorm.checkpoint.dir": str(tmp_path / f"cp{parallelism}")})
-        rows = result.emitted["where"]["default"]
-        assert sorted(r[2] for r in rows) == list(range(200))
-        assert {(task, part) for task, part, _ in rows} == {
-            (t, t % partitions) for t in range(parallelism)}
+        assert where_tasks_ran(StatefulWhichPartition(), parallelism,
+                               tmp_path / f"cp{parallelism}"
+                               ) == {(t, t % partitions) for t in range(parallelism)}
