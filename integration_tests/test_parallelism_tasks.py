@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from kstorm import BaseBasicBolt, BaseStatefulBolt, Fields, TopologyBuilder
+from kstorm import BaseBasicBolt, BaseStatefulBolt, BaseWindowedBolt, Fields, TopologyBuilder
 from kstorm.testing import ListSpout, run_to_completion
+from kstorm.windowing import Count
 
 
 class WhichTask(BaseBasicBolt):
@@ -121,3 +122,26 @@ def test_the_tasks_of_a_stateful_bolt_spread_over_sparks_partitions(
         assert where_tasks_ran(StatefulWhichPartition(), parallelism,
                                tmp_path / f"cp{parallelism}"
                                ) == {(t, t % partitions) for t in range(parallelism)}
+
+
+class WindowedWhichPartition(BaseWindowedBolt):
+    """A windowed bolt (windows of one tuple) emitting ``(task_index, Spark partition, n)``."""
+
+    def prepare(self, conf: dict[str, Any], context: Any, collector: Any) -> None:
+        self.task, self.collector = context.task_index, collector
+
+    def declare_output_fields(self, declarer: Any) -> None:
+        declarer.declare(Fields("task", "partition", "n"))
+
+    def execute(self, window: Any) -> None:
+        from kstorm._spark.stage import _partition
+
+        for tuple_ in window.get():
+            self.collector.emit([self.task, _partition(), tuple_.values[0]])
+
+
+def test_the_tasks_of_a_windowed_bolt_spread_over_sparks_partitions(
+        spark: Any, tmp_path: Any) -> None:
+    partitions = int(spark.conf.get("spark.sql.shuffle.partitions"))
+    bolt = WindowedWhichPartition().with_tumbling_window(Count(1))
+    assert where_tasks_ran(bolt, 2, tmp_path / "cp") == {(t, t % partitions) for t in range(2)}
