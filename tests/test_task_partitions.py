@@ -19,10 +19,10 @@ from kstorm._runtime.plan import compile_plan
 from kstorm._spark.compiler import (
     _murmur3_int,
     recorded_task_keys,
-    task_of_key,
     task_partition_keys,
     tws_task_keys,
 )
+from kstorm._spark.stage import task_of_key
 from kstorm.errors import StateError
 from kstorm.testing import CaptureSink, ListSpout
 

@@ -39,7 +39,7 @@ from kstorm._runtime.envelope import (
 from kstorm._runtime.plan import AckingPlan, PartitionKind, Plan, Stage, source_kind
 from kstorm._spark.offset_log import next_batch_id
 from kstorm._spark.sources import read_spout
-from kstorm._spark.stage import StageContext, StageRunner, stateful_processor
+from kstorm._spark.stage import StageContext, StageRunner, stateful_processor, task_of_key
 from kstorm._spark.windowed import WindowStageRunner
 from kstorm._spark.windowed_bolt import windowed_processor, windowed_spec
 from kstorm.config import TopologyConfig
@@ -314,11 +314,6 @@ def tws_task_keys(n: int, partitions: int) -> list[int]:
             k += n
         keys.append(k)
     return keys
-
-
-def task_of_key(key: int, n: int) -> int:
-    """The task of a stateful stage's grouping key (:func:`tws_task_keys`; old keys: the task)."""
-    return key % n
 
 
 def recorded_task_keys(layout: CheckpointLayout, plan: Plan, topology: StormTopology,

@@ -553,6 +553,14 @@ class MapStateKeyValue:
         self._scan, self._scanned, self._scan_len, self._scan_done = None, {}, 0, False
 
 
+def task_of_key(key: Any, n: int) -> int:
+    """The task of a stateful stage's grouping key (``compiler.tws_task_keys``).
+
+    A key is ``t + n * j``; a checkpoint from before keys were recorded groups on ``t`` itself.
+    """
+    return int(key) % n
+
+
 def stateful_processor(ctx: StageContext) -> Any:
     """A ``StatefulProcessor`` running ``ctx``'s stage for one task (grouping key) at a time.
 
@@ -579,13 +587,13 @@ def stateful_processor(ctx: StageContext) -> Any:
                             ) -> Iterator[Any]:
             import pickle
 
-            from kstorm._spark.stage import stateful_task
+            from kstorm._spark.stage import stateful_task, task_of_key
 
             if self._ctx is None:
                 self._ctx = pickle.loads(packed_ctx)
             ctx = self._ctx
             n = ctx.topology.components[ctx.stage.head].parallelism
-            return stateful_task(ctx, self._kv, int(key[0]) % n, rows)  # task_of_key
+            return stateful_task(ctx, self._kv, task_of_key(key[0], n), rows)
 
         def close(self) -> None:
             pass

@@ -41,6 +41,7 @@ from kstorm._spark.stage import (
     arrivals,
     metrics_row,
     packed,
+    task_of_key,
     tuples_of,
     typed_rows,
 )
@@ -111,11 +112,11 @@ def windowed_processor(ctx: StageContext, spec: WindowedStageSpec) -> Any:
 
         def handleInputRows(self, key: Any, rows: Iterator[Any], timerValues: Any
                             ) -> Iterator[Any]:
-            yield from self._batch(int(key[0]) % n_tasks, rows, timerValues)  # task_of_key
+            yield from self._batch(task_of_key(key[0], n_tasks), rows, timerValues)
 
         def handleExpiredTimer(self, key: Any, timerValues: Any, expiredTimerInfo: Any
                                ) -> Iterator[Any]:
-            yield from self._batch(int(key[0]) % n_tasks, None, timerValues)
+            yield from self._batch(task_of_key(key[0], n_tasks), None, timerValues)
 
         def _batch(self, task: int, rows: Iterator[Any] | None, timer_values: Any
                    ) -> Iterator[Any]:
