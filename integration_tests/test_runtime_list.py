@@ -10,6 +10,7 @@ from kstorm import (
     BaseBasicBolt,
     BaseStatefulBolt,
     Fields,
+    StateError,
     TopologyBuilder,
     submit_topology,
 )
@@ -53,11 +54,11 @@ class Count(BaseStatefulBolt):
 BATCHES = [[("the cat sat",), ("the dog",)], [("a cat",), ("boom the end",)], [("cat cat",)]]
 
 
-def word_count(batches=BATCHES):
+def word_count(batches=BATCHES, count_tasks=3):
     b = TopologyBuilder()
     b.set_spout("lines", ListSpout(batches, Fields("sentence"), partitions=2))
     b.set_bolt("split", Split(), 2).shuffle_grouping("lines")
-    b.set_bolt("count", Count(), 3).fields_grouping("split", Fields("word"))
+    b.set_bolt("count", Count(), count_tasks).fields_grouping("split", Fields("word"))
     b.set_bolt("out", CaptureSink()).global_grouping("count")
     return b.create_topology()
 
@@ -137,6 +138,19 @@ def test_a_checkpoint_from_before_task_keys_keeps_its_state(spark, tmp_path):
     second = run_to_completion(word_count(BATCHES), {"kstorm.checkpoint.dir": str(cp)})
     assert sorted(map(tuple, second.sinks["out"].values)) == [("cat", 3), ("cat", 4)]
     assert layout.task_keys()["count"] == {"kind": "task", "partitions": 4, "keys": [0, 1, 2]}
+
+
+def test_a_changed_parallelism_of_a_bolt_with_state_in_the_checkpoint_is_refused(spark,
+                                                                                  tmp_path):
+    """State is per task: with 3 tasks instead of 2, most words would meet an empty state."""
+    cp = str(tmp_path / "cp")
+    run_to_completion(word_count(BATCHES[:2], count_tasks=2), {"kstorm.checkpoint.dir": cp})
+    with pytest.raises(StateError, match="'count' now runs 3 task.* for 2 task") as err:
+        run_to_completion(word_count(BATCHES, count_tasks=3), {"kstorm.checkpoint.dir": cp})
+    assert "keep the bolt's parallelism at 2" in (err.value.hint or "")
+    # nothing was lost: the old parallelism goes on from the state
+    again = run_to_completion(word_count(BATCHES, count_tasks=2), {"kstorm.checkpoint.dir": cp})
+    assert sorted(map(tuple, again.sinks["out"].values)) == [("cat", 3), ("cat", 4)]
 
 
 class KeepTypes(BaseStatefulBolt):

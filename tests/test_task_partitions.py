@@ -89,17 +89,58 @@ def test_a_checkpoint_that_ran_before_keys_were_recorded_keeps_the_task_index(
     topology, plan = _plan(2)
     assert recorded_task_keys(layout, plan, topology, 2) == {"count": [0, 1]}
     assert layout.task_keys()["count"]["kind"] == "task"
-    topology3, plan3 = _plan(3)  # a new parallelism keeps that kind of key
-    assert recorded_task_keys(layout, plan3, topology3, 2) == {"count": [0, 1, 2]}
+    topology3, plan3 = _plan(3)  # another provider's bolt: a new parallelism, same kind of key
+    assert recorded_task_keys(layout, plan3, topology3, 2, spark_state=False) == {
+        "count": [0, 1, 2]}
 
 
-def test_a_changed_parallelism_gets_keys_for_the_checkpoints_partitions(tmp_path: Path) -> None:
+def _ran_a_batch(layout: CheckpointLayout) -> None:
+    (layout.checkpoint / "offsets").mkdir(parents=True, exist_ok=True)
+    (layout.checkpoint / "offsets" / "0").write_text("v1")
+
+
+def test_a_changed_parallelism_with_state_in_the_checkpoint_is_refused(tmp_path: Path) -> None:
     layout = CheckpointLayout(tmp_path / "cp")
     topology, plan = _plan(2)
     recorded_task_keys(layout, plan, topology, 2)
-    topology4, plan4 = _plan(4)
+    _ran_a_batch(layout)
+    topology3, plan3 = _plan(3)
+    with pytest.raises(StateError, match=r"'count' now runs 3 task\(s\).* for 2 task") as err:
+        recorded_task_keys(layout, plan3, topology3, 2)
+    assert "keep the bolt's parallelism at 2" in (err.value.hint or "")
+    assert "new checkpoint directory" in (err.value.hint or "")
+    assert layout.task_keys()["count"]["keys"] == tws_task_keys(2, 2)  # the record is kept
+
+
+def test_a_legacy_checkpoint_with_a_changed_parallelism_is_refused_once_recorded(
+        tmp_path: Path) -> None:
+    layout = CheckpointLayout(tmp_path / "cp")
+    _ran_a_batch(layout)
+    topology, plan = _plan(2)
+    recorded_task_keys(layout, plan, topology, 2)  # recorded as the task index
+    topology3, plan3 = _plan(3)
+    with pytest.raises(StateError, match="now runs 3"):
+        recorded_task_keys(layout, plan3, topology3, 2)
+
+
+def test_a_changed_parallelism_before_any_batch_gets_keys_for_the_checkpoints_partitions(
+        tmp_path: Path) -> None:
+    layout = CheckpointLayout(tmp_path / "cp")
+    topology, plan = _plan(2)
+    recorded_task_keys(layout, plan, topology, 2)
+    topology4, plan4 = _plan(4)  # no batch planned yet: no state to lose
     assert recorded_task_keys(layout, plan4, topology4, 8) == {"count": tws_task_keys(4, 2)}
     assert layout.task_keys()["count"]["partitions"] == 2
+
+
+def test_another_providers_changed_parallelism_gets_new_keys(tmp_path: Path) -> None:
+    layout = CheckpointLayout(tmp_path / "cp")
+    topology, plan = _plan(2)
+    recorded_task_keys(layout, plan, topology, 2)
+    _ran_a_batch(layout)
+    topology4, plan4 = _plan(4)  # the provider holds the state and checks its parallelism
+    assert recorded_task_keys(layout, plan4, topology4, 2, spark_state=False) == {
+        "count": tws_task_keys(4, 2)}
 
 
 def test_recorded_keys_that_do_not_give_one_key_per_task_are_refused(tmp_path: Path) -> None:

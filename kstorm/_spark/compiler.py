@@ -70,7 +70,8 @@ def compile_query(spark: SparkSession, topology: StormTopology, plan: Plan, name
     """
     run = uuid.uuid4().hex  # the stages' run ids: "<run>.<stage>" (bolt instances, affinity)
     task_keys = recorded_task_keys(layout, plan, topology,
-                                   int(spark.conf.get("spark.sql.shuffle.partitions") or 1))
+                                   int(spark.conf.get("spark.sql.shuffle.partitions") or 1),
+                                   spark_state=settings.state_provider == "spark")
     raw: dict[int, DataFrame] = {}
     env: dict[int, DataFrame] = {}
     readers = _envelope_readers(plan, topology)
@@ -317,20 +318,28 @@ def tws_task_keys(n: int, partitions: int) -> list[int]:
 
 
 def recorded_task_keys(layout: CheckpointLayout, plan: Plan, topology: StormTopology,
-                       partitions: int) -> dict[str, list[int]]:
+                       partitions: int, *, spark_state: bool = True) -> dict[str, list[int]]:
     """Each stateful or windowed stage's task keys, kept in the checkpoint from its first run.
 
     Spark keeps a stage's state under its grouping key, so a checkpoint keeps the keys it
     started with (``kstorm/task_keys.json``), whatever ``spark.sql.shuffle.partitions`` says
     later. A checkpoint that ran before kstorm recorded them grouped on the task index
-    itself: it keeps those keys (its state is stored under them). A bolt whose parallelism
-    changed gets keys of the same kind for its new task count.
+    itself: it keeps those keys (its state is stored under them).
+
+    With ``spark_state`` (the ``spark`` provider: Spark's state store holds the tasks' state
+    and windows), a bolt whose task count differs from the one recorded for a checkpoint that
+    has planned batches is a :class:`StateError`: state is per task, so a fields grouping over
+    the new count would send keys to tasks without their state. Otherwise (another provider,
+    which checks its own state, or no batch yet) the bolt gets keys of the same kind for its
+    new task count.
     """
-    heads = [s.head for s in plan.stages
-             if s.stateful or (s.windowed and not s.native_window)]
+    kinds = {s.head: "stateful" if s.stateful else "windowed" for s in plan.stages
+             if s.stateful or (s.windowed and not s.native_window)}
+    heads = list(kinds)
     found = _read_task_keys(layout)
     recorded = dict(found or {})
-    legacy = found is None and next_batch_id(layout.checkpoint) > 0
+    ran = next_batch_id(layout.checkpoint) > 0
+    legacy = found is None and ran
     kind = "task" if legacy or {e.get("kind") for e in recorded.values()} == {"task"} \
         else "balanced"
     # the checkpoint's partitions: Spark keeps those of its first run
@@ -339,6 +348,14 @@ def recorded_task_keys(layout: CheckpointLayout, plan: Plan, topology: StormTopo
     for head in heads:
         n = topology.components[head].parallelism
         entry = recorded.get(head)
+        if entry is not None and len(entry["keys"]) != n and spark_state and ran:
+            msg = (f"{kinds[head]} bolt {head!r} now runs {n} task(s), but the checkpoint "
+                   f"{layout.checkpoint} holds its state (spark provider) for "
+                   f"{len(entry['keys'])} task(s): state is per task, so its keys would move "
+                   "to tasks without their state")
+            raise StateError(msg, hint=(
+                f"keep the bolt's parallelism at {len(entry['keys'])}, or start over with a "
+                "new checkpoint directory (its state starts empty)"))
         if entry is None or len(entry["keys"]) != n:
             keys = list(range(n)) if kind == "task" else tws_task_keys(n, partitions)
             recorded[head] = {"kind": kind, "partitions": partitions, "keys": keys}
