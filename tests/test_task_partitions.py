@@ -4,7 +4,7 @@ Spark's hash partitioning puts a row in ``pmod(murmur3(key, 42), n)``; on the ta
 itself that sent both tasks of a 2-task bolt to partition 1. kstorm partitions on a key per
 task that lands in the task's own partition (``compiler.task_partition_keys``), and groups a
 stateful or windowed stage on such keys, recorded with the checkpoint
-(``compiler.recorded_task_keys``).
+(``compiler.recorded_task_keys``); the acker stage (at least once) likewise.
 """
 
 from __future__ import annotations
@@ -17,7 +17,9 @@ from kstorm import BaseStatefulBolt, Fields, TopologyBuilder
 from kstorm._runtime.checkpoint import CheckpointLayout
 from kstorm._runtime.plan import compile_plan
 from kstorm._spark.compiler import (
+    PASS_THROUGH,
     _murmur3_int,
+    pass_through_keys,
     recorded_task_keys,
     task_partition_keys,
     tws_task_keys,
@@ -163,3 +165,42 @@ def test_a_task_keys_file_that_cannot_be_read_is_an_error_naming_it(tmp_path: Pa
     with pytest.raises(StateError, match="task_keys.json cannot be read") as err:
         recorded_task_keys(layout, plan, topology, 2)
     assert "new checkpoint directory" in (err.value.hint or "")
+
+
+@pytest.mark.parametrize("partitions", range(1, 9))
+def test_pass_through_keys_are_negative_one_per_partition(partitions: int) -> None:
+    keys = pass_through_keys(partitions)
+    assert all(k < 0 for k in keys)
+    assert [_murmur3_int(k) % partitions for k in keys] == list(range(partitions))
+
+
+def test_a_new_checkpoint_spreads_its_ackers_and_records_them(tmp_path: Path) -> None:
+    layout = CheckpointLayout(tmp_path / "cp")
+    topology, plan = _plan(2)
+    keys = recorded_task_keys(layout, plan, topology, 2, ackers=2)
+    assert keys["__acker"] == tws_task_keys(2, 2)
+    assert keys[PASS_THROUGH] == pass_through_keys(2)
+    assert layout.task_keys()["__acker"] == {"kind": "balanced", "partitions": 2,
+                                             "keys": tws_task_keys(2, 2)}
+    _ran_a_batch(layout)  # the record is kept whatever the session's partitions
+    assert recorded_task_keys(layout, plan, topology, 8, ackers=2) == keys
+
+
+def test_ackers_of_a_checkpoint_that_ran_without_their_record_keep_the_task_index(
+        tmp_path: Path) -> None:
+    layout = CheckpointLayout(tmp_path / "cp")
+    topology, plan = _plan(2)
+    recorded_task_keys(layout, plan, topology, 2)  # a run that recorded no acker keys
+    _ran_a_batch(layout)
+    keys = recorded_task_keys(layout, plan, topology, 2, ackers=2)
+    assert keys["__acker"] == [0, 1]
+    assert keys["count"] == tws_task_keys(2, 2)
+
+
+def test_a_changed_acker_count_gets_new_keys_of_the_same_kind(tmp_path: Path) -> None:
+    layout = CheckpointLayout(tmp_path / "cp")
+    topology, plan = _plan(2)
+    recorded_task_keys(layout, plan, topology, 2, ackers=1)
+    _ran_a_batch(layout)  # pending trees of the old ackers time out and replay: no error
+    assert recorded_task_keys(layout, plan, topology, 2, ackers=3)["__acker"] == \
+        tws_task_keys(3, 2)

@@ -3,10 +3,11 @@
 Every stage sends its acker messages as envelope rows addressed to ``__acker`` with
 ``__task = acker_for(root, n)`` (one row per acker task per stage partition, the messages
 combined per root). Those rows travel with the other rows for the driver to the end of the
-plan, where this operator groups them by acker task:
+plan, where this operator groups them by acker task (on keys that spread the tasks over
+Spark's partitions: ``compiler.recorded_task_keys``):
 
-1. Rows for the driver (sink tuples, dead letters, metrics) pass through unchanged; they are
-   spread over a few pass-through groups by a hash, never touching state.
+1. Rows for the driver (sink tuples, dead letters, metrics) pass through unchanged; a hash
+   spreads them over pass-through groups, one in each partition, never touching state.
 2. An acker task runs :func:`kstorm.acking.acker.run_acker_batch` over its payloads. Its
    entries (``root -> spout task, ack val, start time, failed``: constant size per tree)
    live in the task's ``MapState``: Spark's state store, versioned by batch id, so a
@@ -38,12 +39,12 @@ from kstorm._runtime.envelope import (
 )
 from kstorm._runtime.plan import AckingPlan
 from kstorm._spark.gc_control import freeze_imports
+from kstorm._spark.stage import task_of_key
 from kstorm.acking.acker import run_acker_batch, stale_roots
 from kstorm.acking.ledger import AckerEntry
 from kstorm.acking.outbox import NO_TASK
 
 KEY_COLUMN = "__acker_key"
-PASS_THROUGH_GROUPS = 4
 _COLUMNS = ENVELOPE_SCHEMA.names
 
 
@@ -55,10 +56,19 @@ class AckerContext:
     input_columns: list[str]
 
 
-def add_ackers(output: DataFrame, acking: AckingPlan) -> DataFrame:
-    """``output`` (the rows for the driver) with its ``__acker`` rows turned into events."""
-    key = F.when(F.col("__dest") == ACKER, F.col("__task")).otherwise(
-        F.lit(-1) - F.pmod(F.xxhash64(F.col("__vals")), F.lit(PASS_THROUGH_GROUPS)))
+def add_ackers(output: DataFrame, acking: AckingPlan, keys: list[int],
+               pass_through: list[int]) -> DataFrame:
+    """``output`` (the rows for the driver) with its ``__acker`` rows turned into events.
+
+    Acker task ``t`` groups on ``keys[t]`` (``key % n`` gives ``t`` back), the rows that pass
+    through on the negative ``pass_through`` keys, by a hash of their values: both from
+    ``compiler.recorded_task_keys``, which spreads them over Spark's partitions.
+    """
+    acker_key = F.element_at(F.array(*[F.lit(k) for k in keys]), F.col("__task") + 1)
+    passing = F.element_at(
+        F.array(*[F.lit(k) for k in pass_through]),
+        (F.pmod(F.xxhash64(F.col("__vals")), F.lit(len(pass_through))) + 1).cast("int"))
+    key = F.when(F.col("__dest") == ACKER, acker_key).otherwise(passing)
     frame = output.withColumn(KEY_COLUMN, key.cast("int"))
     ctx = AckerContext(acking, list(frame.columns))
     return frame.groupBy(KEY_COLUMN).transformWithStateInPandas(
@@ -97,6 +107,7 @@ def acker_processor(ctx: AckerContext) -> Any:
     from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 
     timeout_ms = ctx.plan.timeout_ms
+    n_ackers = ctx.plan.n_ackers
 
     class AckerProcessor(StatefulProcessor):
         def init(self, handle: Any) -> None:
@@ -108,6 +119,8 @@ def acker_processor(ctx: AckerContext) -> Any:
         def handleInputRows(self, key: Any, rows: Iterator[Any], timerValues: Any
                             ) -> Iterator[Any]:
             acker = int(key[0])
+            if acker >= 0:
+                acker = task_of_key(acker, n_ackers)
             payloads = []
             for pdf in rows:
                 if len(pdf.columns) == len(ctx.input_columns):

@@ -28,6 +28,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 
+from kstorm._ids import ACKER_COMPONENT
 from kstorm._runtime.checkpoint import CheckpointLayout
 from kstorm._runtime.envelope import (
     ATTEMPT_COLUMN,
@@ -71,7 +72,8 @@ def compile_query(spark: SparkSession, topology: StormTopology, plan: Plan, name
     run = uuid.uuid4().hex  # the stages' run ids: "<run>.<stage>" (bolt instances, affinity)
     task_keys = recorded_task_keys(layout, plan, topology,
                                    int(spark.conf.get("spark.sql.shuffle.partitions") or 1),
-                                   spark_state=settings.state_provider == "spark")
+                                   spark_state=settings.state_provider == "spark",
+                                   ackers=acking.n_ackers if acking is not None else 0)
     raw: dict[int, DataFrame] = {}
     env: dict[int, DataFrame] = {}
     readers = _envelope_readers(plan, topology)
@@ -158,7 +160,8 @@ def compile_query(spark: SparkSession, topology: StormTopology, plan: Plan, name
     if acking is not None:
         from kstorm._spark.acker import add_ackers
 
-        output = add_ackers(output, acking)
+        output = add_ackers(output, acking, task_keys[ACKER_COMPONENT],
+                            task_keys[PASS_THROUGH])
     return CompiledQuery(output, env, run)
 
 
@@ -317,8 +320,28 @@ def tws_task_keys(n: int, partitions: int) -> list[int]:
     return keys
 
 
+def pass_through_keys(partitions: int) -> list[int]:
+    """Negative grouping keys, one in each of Spark's ``partitions``, for passing rows.
+
+    The acker stage's rows that only pass through hold no state, so their keys need no record.
+
+    Example:
+        >>> [_murmur3_int(k) % 2 for k in pass_through_keys(2)]
+        [0, 1]
+    """
+    keys = []
+    k = -1
+    for p in range(partitions):
+        while _murmur3_int(k) % partitions != p:
+            k -= 1
+        keys.append(k)
+        k -= 1
+    return keys
+
+
 def recorded_task_keys(layout: CheckpointLayout, plan: Plan, topology: StormTopology,
-                       partitions: int, *, spark_state: bool = True) -> dict[str, list[int]]:
+                       partitions: int, *, spark_state: bool = True,
+                       ackers: int = 0) -> dict[str, list[int]]:
     """Each stateful or windowed stage's task keys, kept in the checkpoint from its first run.
 
     Spark keeps a stage's state under its grouping key, so a checkpoint keeps the keys it
@@ -332,6 +355,13 @@ def recorded_task_keys(layout: CheckpointLayout, plan: Plan, topology: StormTopo
     the new count would send keys to tasks without their state. Otherwise (another provider,
     which checks its own state, or no batch yet) the bolt gets keys of the same kind for its
     new task count.
+
+    ``ackers`` (at least once: ``topology.acker.executors``) adds the acker tasks' keys under
+    ``__acker`` (their pending trees are state too), and ``__pass_through``: keys, one per
+    partition, for the rows that pass the acker stage untouched. A checkpoint that ran
+    without a record of acker keys grouped its ackers on the task index and keeps it. A
+    changed acker count gets new keys: trees pending in the old ackers time out and are
+    replayed, as at-least-once allows.
     """
     kinds = {s.head: "stateful" if s.stateful else "windowed" for s in plan.stages
              if s.stateful or (s.windowed and not s.native_window)}
@@ -360,16 +390,33 @@ def recorded_task_keys(layout: CheckpointLayout, plan: Plan, topology: StormTopo
             keys = list(range(n)) if kind == "task" else tws_task_keys(n, partitions)
             recorded[head] = {"kind": kind, "partitions": partitions, "keys": keys}
             changed = True
+    if ackers:
+        entry = recorded.get(ACKER_COMPONENT)
+        if entry is None or len(entry["keys"]) != ackers:
+            old_kind = entry["kind"] if entry else ("task" if ran else kind)
+            keys = (list(range(ackers)) if old_kind == "task"
+                    else tws_task_keys(ackers, partitions))
+            recorded[ACKER_COMPONENT] = {"kind": old_kind, "partitions": partitions,
+                                         "keys": keys}
+            changed = True
+        heads.append(ACKER_COMPONENT)
     if changed:
         layout.set_task_keys(recorded)
     for head in heads:
         keys = recorded[head]["keys"]
-        n = topology.components[head].parallelism
+        n = ackers if head == ACKER_COMPONENT else topology.components[head].parallelism
         if [task_of_key(k, n) for k in keys] != list(range(n)):
             msg = (f"{layout.task_keys_path} gives bolt {head!r} the keys {keys}, which are "
                    f"not one per task of its {n}")
             raise StateError(msg, hint=_KEYS_HINT)
-    return {head: recorded[head]["keys"] for head in heads}
+    found_keys = {head: recorded[head]["keys"] for head in heads}
+    if ackers:
+        found_keys[PASS_THROUGH] = pass_through_keys(partitions)
+    return found_keys
+
+
+#: :func:`recorded_task_keys`' entry for the acker stage's pass-through groups
+PASS_THROUGH = "__pass_through"
 
 
 _KEYS_HINT = ("restore the file from a copy of the checkpoint, or start over with a new "
