@@ -204,3 +204,41 @@ def test_a_changed_acker_count_gets_new_keys_of_the_same_kind(tmp_path: Path) ->
     _ran_a_batch(layout)  # pending trees of the old ackers time out and replay: no error
     assert recorded_task_keys(layout, plan, topology, 2, ackers=3)["__acker"] == \
         tws_task_keys(3, 2)
+
+
+def _plan_named(*names: str) -> tuple[object, object]:
+    b = TopologyBuilder()
+    b.set_spout("lines", ListSpout([[("x",)]], Fields("word")))
+    last = "lines"
+    for name in names:
+        b.set_bolt(name, Count(), 2).fields_grouping(last, Fields("word"))
+        last = name
+    b.set_bolt("out", CaptureSink()).global_grouping(last)
+    topology = b.create_topology()
+    return topology, compile_plan(topology)
+
+
+@pytest.mark.parametrize(("before", "after", "said"), [
+    (("count",), ("count", "again"), "['again'] not in the checkpoint"),
+    (("count", "again"), ("count",), "['again'] in the checkpoint but not in the topology"),
+    (("count",), ("counter",), "['counter'] not in the checkpoint; ['count'] in the"),
+])
+def test_stateful_bolts_added_removed_or_renamed_after_a_run_are_refused(
+        tmp_path: Path, before: tuple[str, ...], after: tuple[str, ...], said: str) -> None:
+    layout = CheckpointLayout(tmp_path / "cp")
+    topology, plan = _plan_named(*before)
+    recorded_task_keys(layout, plan, topology, 2)
+    _ran_a_batch(layout)
+    topology, plan = _plan_named(*after)
+    with pytest.raises(StateError, match="stateful and windowed bolts changed") as err:
+        recorded_task_keys(layout, plan, topology, 2)
+    assert said in str(err.value)
+    assert "new checkpoint directory" in (err.value.hint or "")
+
+
+def test_stateful_bolts_may_change_before_the_first_batch(tmp_path: Path) -> None:
+    layout = CheckpointLayout(tmp_path / "cp")
+    topology, plan = _plan_named("count")
+    recorded_task_keys(layout, plan, topology, 2)
+    topology, plan = _plan_named("count", "again")
+    assert set(recorded_task_keys(layout, plan, topology, 2)) == {"count", "again"}

@@ -372,6 +372,8 @@ def recorded_task_keys(layout: CheckpointLayout, plan: Plan, topology: StormTopo
     legacy = found is None and ran
     kind = "task" if legacy or {e.get("kind") for e in recorded.values()} == {"task"} \
         else "balanced"
+    if found is not None and ran:
+        _check_same_state_operators(layout, set(found) - {ACKER_COMPONENT}, kinds)
     # the checkpoint's partitions: Spark keeps those of its first run
     partitions = next((int(e["partitions"]) for e in recorded.values()), partitions)
     changed = found is None
@@ -417,6 +419,30 @@ def recorded_task_keys(layout: CheckpointLayout, plan: Plan, topology: StormTopo
 
 #: :func:`recorded_task_keys`' entry for the acker stage's pass-through groups
 PASS_THROUGH = "__pass_through"
+
+
+def _check_same_state_operators(layout: CheckpointLayout, recorded: set[str],
+                                kinds: dict[str, str]) -> None:
+    """A checkpoint that ran keeps its stateful and windowed bolts.
+
+    Each is one Spark state operator; Spark refuses a query that ran with operators added or
+    removed, and would hand a renamed bolt the state of the one it replaces.
+    """
+    added, gone = sorted(set(kinds) - recorded), sorted(recorded - set(kinds))
+    if not added and not gone:
+        return
+    change = "; ".join(part for part in (
+        f"{added} not in the checkpoint" if added else "",
+        f"{gone} in the checkpoint but not in the topology" if gone else "") if part)
+    msg = (f"the stateful and windowed bolts changed since the checkpoint {layout.checkpoint} "
+           f"ran ({change}): Spark keeps one state operator per such bolt, in the order of "
+           "the plan, and refuses a query whose state operators were added or removed; a "
+           "renamed bolt would be handed the state of the bolt it replaces")
+    raise StateError(msg, hint=(
+        "keep those bolts as the checkpoint has them, or start over with a new checkpoint "
+        "directory; with topology.state.provider = spark its state starts empty, with "
+        "redis the state outlives the checkpoint (a new stateful bolt may start empty with "
+        "kstorm.state.init.empty = [component])"))
 
 
 _KEYS_HINT = ("restore the file from a copy of the checkpoint, or start over with a new "
