@@ -78,7 +78,10 @@ def test_a_new_checkpoint_records_balanced_keys_and_keeps_them(tmp_path: Path) -
     layout = CheckpointLayout(tmp_path / "cp")
     topology, plan = _plan(2)
     assert recorded_task_keys(layout, plan, topology, 2) == {"count": [2, 1]}
-    assert layout.task_keys()["count"] == {"kind": "balanced", "partitions": 2, "keys": [2, 1]}
+    assert layout.task_keys()["count"] == {"kind": "balanced", "partitions": 2, "keys": [2, 1],
+                                           "inputs": {"lines:default":
+                                                      "fields grouping of lines:default on "
+                                                      "['word']"}}
     # Spark keeps the state under these keys: a later session with other partitions keeps them
     assert recorded_task_keys(layout, plan, topology, 4) == {"count": [2, 1]}
 
@@ -242,3 +245,59 @@ def test_stateful_bolts_may_change_before_the_first_batch(tmp_path: Path) -> Non
     recorded_task_keys(layout, plan, topology, 2)
     topology, plan = _plan_named("count", "again")
     assert set(recorded_task_keys(layout, plan, topology, 2)) == {"count", "again"}
+
+
+def _plan_grouped(grouping: str, *fields: str) -> tuple[object, object]:
+    b = TopologyBuilder()
+    b.set_spout("lines", ListSpout([[("x", "y")]], Fields("word", "lang")))
+    declarer = b.set_bolt("count", Count(), 2)
+    if grouping == "fields":
+        declarer.fields_grouping("lines", Fields(*fields))
+    else:
+        getattr(declarer, f"{grouping}_grouping")("lines")
+    b.set_bolt("out", CaptureSink()).global_grouping("count")
+    topology = b.create_topology()
+    return topology, compile_plan(topology)
+
+
+@pytest.mark.parametrize(("before", "after"), [
+    (("fields", "word"), ("fields", "word", "lang")),
+    (("fields", "word"), ("shuffle",)),
+    (("global",), ("fields", "word")),
+])
+def test_a_stateful_bolts_keyed_grouping_changed_after_a_run_is_refused(
+        tmp_path: Path, before: tuple[str, ...], after: tuple[str, ...]) -> None:
+    layout = CheckpointLayout(tmp_path / "cp")
+    topology, plan = _plan_grouped(*before)
+    recorded_task_keys(layout, plan, topology, 2)
+    _ran_a_batch(layout)
+    topology, plan = _plan_grouped(*after)
+    with pytest.raises(StateError, match="input lines:default as a .* it is now a") as err:
+        recorded_task_keys(layout, plan, topology, 2)
+    assert "keep the grouping" in (err.value.hint or "")
+
+
+@pytest.mark.parametrize(("before", "after"), [
+    (("shuffle",), ("fields", "word")),  # its state was per task, whatever the key
+    (("fields", "word"), ("fields", "word")),
+])
+def test_groupings_that_keep_keys_with_their_state_are_accepted(
+        tmp_path: Path, before: tuple[str, ...], after: tuple[str, ...]) -> None:
+    layout = CheckpointLayout(tmp_path / "cp")
+    topology, plan = _plan_grouped(*before)
+    recorded_task_keys(layout, plan, topology, 2)
+    _ran_a_batch(layout)
+    topology, plan = _plan_grouped(*after)
+    assert recorded_task_keys(layout, plan, topology, 2) == {"count": [2, 1]}
+
+
+def test_a_record_without_inputs_gets_them_and_is_checked_from_then_on(tmp_path: Path) -> None:
+    layout = CheckpointLayout(tmp_path / "cp")
+    layout.set_task_keys({"count": {"kind": "balanced", "partitions": 2, "keys": [2, 1]}})
+    _ran_a_batch(layout)
+    topology, plan = _plan_grouped("fields", "word")
+    recorded_task_keys(layout, plan, topology, 2)  # recorded before groupings were
+    assert "lines:default" in layout.task_keys()["count"]["inputs"]
+    topology, plan = _plan_grouped("fields", "lang")
+    with pytest.raises(StateError, match="now a fields grouping of lines:default on"):
+        recorded_task_keys(layout, plan, topology, 2)

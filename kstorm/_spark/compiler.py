@@ -388,9 +388,15 @@ def recorded_task_keys(layout: CheckpointLayout, plan: Plan, topology: StormTopo
             raise StateError(msg, hint=(
                 f"keep the bolt's parallelism at {len(entry['keys'])}, or start over with a "
                 "new checkpoint directory (its state starts empty)"))
+        routes = _keyed_inputs(topology, head)
+        if entry is not None and ran:
+            _check_same_routes(layout, head, entry.get("inputs", {}), routes)
         if entry is None or len(entry["keys"]) != n:
             keys = list(range(n)) if kind == "task" else tws_task_keys(n, partitions)
-            recorded[head] = {"kind": kind, "partitions": partitions, "keys": keys}
+            entry = recorded[head] = {"kind": kind, "partitions": partitions, "keys": keys}
+            changed = True
+        if entry.get("inputs") != routes:
+            entry["inputs"] = routes
             changed = True
     if ackers:
         entry = recorded.get(ACKER_COMPONENT)
@@ -445,6 +451,27 @@ def _check_same_state_operators(layout: CheckpointLayout, recorded: set[str],
         "kstorm.state.init.empty = [component])"))
 
 
+def _keyed_inputs(topology: StormTopology, head: str) -> dict[str, str]:
+    """How ``head``'s inputs pick its task: ``"source:stream"`` -> its grouping, spelled out."""
+    return {f"{g.component}:{g.stream}": str(g) for g in topology.components[head].inputs}
+
+
+def _check_same_routes(layout: CheckpointLayout, head: str, recorded: dict[str, str],
+                       routes: dict[str, str]) -> None:
+    """A stateful bolt's fields or global groupings keep sending each key to its state."""
+    for source, was in recorded.items():
+        now = routes.get(source)
+        if now is None or now == was or not was.startswith(("fields", "global")):
+            continue  # an input gone, unchanged, or one whose tuples went to any task
+        msg = (f"bolt {head!r} keeps its state per task, and the checkpoint "
+               f"{layout.checkpoint} ran with its input {source} as a {was}; it is now a "
+               f"{now}, so keys would move to tasks that do not hold their state")
+        raise StateError(msg, hint=(
+            "keep the grouping as the checkpoint has it, or start over with a new checkpoint "
+            "directory (with topology.state.provider = spark its state starts empty; with "
+            "redis, delete its state too)"))
+
+
 _KEYS_HINT = ("restore the file from a copy of the checkpoint, or start over with a new "
               "checkpoint directory (its state starts empty)")
 
@@ -456,6 +483,8 @@ def _read_task_keys(layout: CheckpointLayout) -> dict[str, dict[str, Any]] | Non
         for entry in (found or {}).values():
             entry["keys"] = [int(k) for k in entry["keys"]]
             entry["partitions"] = int(entry["partitions"])
+            if "inputs" in entry:  # recorded since 2026-11-29
+                entry["inputs"] = {str(k): str(v) for k, v in entry["inputs"].items()}
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         msg = (f"{layout.task_keys_path} cannot be read ({type(exc).__name__}: {exc}); it "
                "says under which key Spark's state store keeps each stateful bolt task's state")
