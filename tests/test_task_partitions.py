@@ -9,6 +9,7 @@ stateful or windowed stage on such keys, recorded with the checkpoint
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -209,6 +210,15 @@ def test_a_changed_acker_count_gets_new_keys_of_the_same_kind(tmp_path: Path) ->
         tws_task_keys(3, 2)
 
 
+def _ran_then(tmp_path: Path, before: tuple[object, object], after: tuple[object, object]
+              ) -> Callable[[], dict[str, list[int]]]:
+    """A checkpoint that ran ``before``'s topology, and its keys for ``after``'s, to call."""
+    layout = CheckpointLayout(tmp_path / "cp")
+    recorded_task_keys(layout, before[1], before[0], 2)  # type: ignore[arg-type]
+    _ran_a_batch(layout)
+    return lambda: recorded_task_keys(layout, after[1], after[0], 2)  # type: ignore[arg-type]
+
+
 def _plan_named(*names: str) -> tuple[object, object]:
     b = TopologyBuilder()
     b.set_spout("lines", ListSpout([[("x",)]], Fields("word")))
@@ -228,13 +238,9 @@ def _plan_named(*names: str) -> tuple[object, object]:
 ])
 def test_stateful_bolts_added_removed_or_renamed_after_a_run_are_refused(
         tmp_path: Path, before: tuple[str, ...], after: tuple[str, ...], said: str) -> None:
-    layout = CheckpointLayout(tmp_path / "cp")
-    topology, plan = _plan_named(*before)
-    recorded_task_keys(layout, plan, topology, 2)
-    _ran_a_batch(layout)
-    topology, plan = _plan_named(*after)
+    rerun = _ran_then(tmp_path, _plan_named(*before), _plan_named(*after))
     with pytest.raises(StateError, match="stateful and windowed bolts changed") as err:
-        recorded_task_keys(layout, plan, topology, 2)
+        rerun()
     assert said in str(err.value)
     assert "new checkpoint directory" in (err.value.hint or "")
 
@@ -267,13 +273,9 @@ def _plan_grouped(grouping: str, *fields: str) -> tuple[object, object]:
 ])
 def test_a_stateful_bolts_keyed_grouping_changed_after_a_run_is_refused(
         tmp_path: Path, before: tuple[str, ...], after: tuple[str, ...]) -> None:
-    layout = CheckpointLayout(tmp_path / "cp")
-    topology, plan = _plan_grouped(*before)
-    recorded_task_keys(layout, plan, topology, 2)
-    _ran_a_batch(layout)
-    topology, plan = _plan_grouped(*after)
+    rerun = _ran_then(tmp_path, _plan_grouped(*before), _plan_grouped(*after))
     with pytest.raises(StateError, match="input lines:default as a .* it is now a") as err:
-        recorded_task_keys(layout, plan, topology, 2)
+        rerun()
     assert "keep the grouping" in (err.value.hint or "")
 
 
@@ -283,12 +285,8 @@ def test_a_stateful_bolts_keyed_grouping_changed_after_a_run_is_refused(
 ])
 def test_groupings_that_keep_keys_with_their_state_are_accepted(
         tmp_path: Path, before: tuple[str, ...], after: tuple[str, ...]) -> None:
-    layout = CheckpointLayout(tmp_path / "cp")
-    topology, plan = _plan_grouped(*before)
-    recorded_task_keys(layout, plan, topology, 2)
-    _ran_a_batch(layout)
-    topology, plan = _plan_grouped(*after)
-    assert recorded_task_keys(layout, plan, topology, 2) == {"count": [2, 1]}
+    assert _ran_then(tmp_path, _plan_grouped(*before), _plan_grouped(*after))() == {
+        "count": [2, 1]}
 
 
 def test_a_record_without_inputs_gets_them_and_is_checked_from_then_on(tmp_path: Path) -> None:
