@@ -38,6 +38,7 @@ from kstorm._runtime.envelope import (
     to_arrow,
 )
 from kstorm._runtime.plan import AckingPlan
+from kstorm._spark.compiler import keys_at
 from kstorm._spark.gc_control import freeze_imports
 from kstorm._spark.stage import task_of_key
 from kstorm.acking.acker import run_acker_batch, stale_roots
@@ -64,11 +65,9 @@ def add_ackers(output: DataFrame, acking: AckingPlan, keys: list[int],
     through on the negative ``pass_through`` keys, by a hash of their values: both from
     ``compiler.recorded_task_keys``, which spreads them over Spark's partitions.
     """
-    acker_key = F.element_at(F.array(*[F.lit(k) for k in keys]), F.col("__task") + 1)
-    passing = F.element_at(
-        F.array(*[F.lit(k) for k in pass_through]),
-        (F.pmod(F.xxhash64(F.col("__vals")), F.lit(len(pass_through))) + 1).cast("int"))
-    key = F.when(F.col("__dest") == ACKER, acker_key).otherwise(passing)
+    passing = keys_at(pass_through,
+                      F.pmod(F.xxhash64(F.col("__vals")), F.lit(len(pass_through))))
+    key = F.when(F.col("__dest") == ACKER, keys_at(keys, F.col("__task"))).otherwise(passing)
     frame = output.withColumn(KEY_COLUMN, key.cast("int"))
     ctx = AckerContext(acking, list(frame.columns))
     return frame.groupBy(KEY_COLUMN).transformWithStateInPandas(

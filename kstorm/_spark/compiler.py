@@ -236,8 +236,7 @@ def _keyed(frame: DataFrame, keys: list[int]) -> tuple[DataFrame, str]:
     """
     if keys == list(range(len(keys))):
         return frame, "__task"
-    key = F.element_at(F.array(*[F.lit(k) for k in keys]), F.col("__task") + 1)
-    return frame.withColumn(TASK_KEY_COLUMN, key), TASK_KEY_COLUMN
+    return frame.withColumn(TASK_KEY_COLUMN, keys_at(keys, F.col("__task"))), TASK_KEY_COLUMN
 
 
 def _partition_raw(frame: DataFrame, stage: Stage, topology: StormTopology) -> DataFrame:
@@ -380,20 +379,13 @@ def recorded_task_keys(layout: CheckpointLayout, plan: Plan, topology: StormTopo
     for head in heads:
         n = topology.components[head].parallelism
         entry = recorded.get(head)
-        if entry is not None and len(entry["keys"]) != n and spark_state and ran:
-            msg = (f"{kinds[head]} bolt {head!r} now runs {n} task(s), but the checkpoint "
-                   f"{layout.checkpoint} holds its state (spark provider) for "
-                   f"{len(entry['keys'])} task(s): state is per task, so its keys would move "
-                   "to tasks without their state")
-            raise StateError(msg, hint=(
-                f"keep the bolt's parallelism at {len(entry['keys'])}, or start over with a "
-                "new checkpoint directory (its state starts empty)"))
         routes = _keyed_inputs(topology, head)
         if entry is not None and ran:
+            if spark_state:
+                _check_same_parallelism(layout, f"{kinds[head]} bolt {head!r}", n, entry)
             _check_same_routes(layout, head, entry.get("inputs", {}), routes)
         if entry is None or len(entry["keys"]) != n:
-            keys = list(range(n)) if kind == "task" else tws_task_keys(n, partitions)
-            entry = recorded[head] = {"kind": kind, "partitions": partitions, "keys": keys}
+            entry = recorded[head] = _new_entry(kind, n, partitions)
             changed = True
         if entry.get("inputs") != routes:
             entry["inputs"] = routes
@@ -402,10 +394,7 @@ def recorded_task_keys(layout: CheckpointLayout, plan: Plan, topology: StormTopo
         entry = recorded.get(ACKER_COMPONENT)
         if entry is None or len(entry["keys"]) != ackers:
             old_kind = entry["kind"] if entry else ("task" if ran else kind)
-            keys = (list(range(ackers)) if old_kind == "task"
-                    else tws_task_keys(ackers, partitions))
-            recorded[ACKER_COMPONENT] = {"kind": old_kind, "partitions": partitions,
-                                         "keys": keys}
+            recorded[ACKER_COMPONENT] = _new_entry(old_kind, ackers, partitions)
             changed = True
         heads.append(ACKER_COMPONENT)
     if changed:
@@ -425,6 +414,30 @@ def recorded_task_keys(layout: CheckpointLayout, plan: Plan, topology: StormTopo
 
 #: :func:`recorded_task_keys`' entry for the acker stage's pass-through groups
 PASS_THROUGH = "__pass_through"
+
+
+def _new_entry(kind: str, n: int, partitions: int) -> dict[str, Any]:
+    """A record of ``n`` tasks' keys: the task index itself, or spread over ``partitions``."""
+    keys = list(range(n)) if kind == "task" else tws_task_keys(n, partitions)
+    return {"kind": kind, "partitions": partitions, "keys": keys}
+
+
+def _check_same_parallelism(layout: CheckpointLayout, bolt: str, n: int,
+                            entry: dict[str, Any]) -> None:
+    """A bolt whose state the checkpoint holds per task keeps its task count."""
+    was = len(entry["keys"])
+    if was == n:
+        return
+    msg = (f"{bolt} now runs {n} task(s), but the checkpoint {layout.checkpoint} holds its "
+           f"state (spark provider) for {was} task(s): state is per task, so its keys would "
+           "move to tasks without their state")
+    raise StateError(msg, hint=(f"keep the bolt's parallelism at {was}, or start over with a "
+                                "new checkpoint directory (its state starts empty)"))
+
+
+def keys_at(keys: list[int], index: Column) -> Column:
+    """The column ``keys[index]`` (``index`` from 0): a grouping key picked per row."""
+    return F.element_at(F.array(*[F.lit(k) for k in keys]), (index + 1).cast("int"))
 
 
 def _check_same_state_operators(layout: CheckpointLayout, recorded: set[str],
