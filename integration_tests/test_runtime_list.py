@@ -154,6 +154,21 @@ def test_a_changed_parallelism_of_a_bolt_with_state_in_the_checkpoint_is_refused
     assert sorted(map(tuple, again.sinks["out"].values)) == [("cat", 3), ("cat", 4)]
 
 
+def test_a_lost_record_of_task_keys_is_an_error_not_a_state_reset(spark, tmp_path):
+    """Spark keeps the state under the recorded keys: without them, it would read as empty."""
+    cp = tmp_path / "cp"
+    layout = CheckpointLayout(cp)
+    conf = {"kstorm.checkpoint.dir": str(cp)}
+    run_to_completion(word_count(BATCHES[:2], count_tasks=2), conf)
+    record = layout.task_keys_path.read_bytes()
+    layout.task_keys_path.unlink()
+    with pytest.raises(StateError, match="task_keys.json is missing"):
+        run_to_completion(word_count(BATCHES, count_tasks=2), conf)
+    layout.task_keys_path.write_bytes(record)  # restored: the counts go on
+    again = run_to_completion(word_count(BATCHES, count_tasks=2), conf)
+    assert sorted(map(tuple, again.sinks["out"].values)) == [("cat", 3), ("cat", 4)]
+
+
 class KeepTypes(BaseStatefulBolt):
     """Remembers each key's value exactly as it arrived (its Python type included)."""
 

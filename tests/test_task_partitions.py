@@ -299,3 +299,31 @@ def test_a_record_without_inputs_gets_them_and_is_checked_from_then_on(tmp_path:
     topology, plan = _plan_grouped("fields", "lang")
     with pytest.raises(StateError, match="now a fields grouping of lines:default on"):
         recorded_task_keys(layout, plan, topology, 2)
+
+
+def _state_schema(layout: CheckpointLayout, key_column: str) -> None:
+    """A state schema file as Spark writes it for an operator grouped on ``key_column``."""
+    folder = layout.checkpoint / "state" / "0" / "_stateSchema" / "default"
+    folder.mkdir(parents=True)
+    (folder / "0_schema").write_text(
+        '{"type":"struct","fields":[{"name":"key","type":{"type":"struct","fields":[{"name":"'
+        + key_column + '","type":"integer","nullable":true,"metadata":{}}]}}]}')
+
+
+def test_a_lost_record_of_keys_the_state_is_kept_under_is_an_error(tmp_path: Path) -> None:
+    layout = CheckpointLayout(tmp_path / "cp")
+    _ran_a_batch(layout)
+    _state_schema(layout, "__task_key")  # Spark's state groups on recorded keys
+    topology, plan = _plan(2)
+    with pytest.raises(StateError, match="task_keys.json is missing") as err:
+        recorded_task_keys(layout, plan, topology, 2)
+    assert "restore the file" in (err.value.hint or "")
+    assert layout.task_keys() is None  # nothing guessed, nothing written
+
+
+def test_a_checkpoint_whose_state_groups_on_the_task_index_is_an_old_one(tmp_path: Path) -> None:
+    layout = CheckpointLayout(tmp_path / "cp")
+    _ran_a_batch(layout)
+    _state_schema(layout, "__task")
+    topology, plan = _plan(2)
+    assert recorded_task_keys(layout, plan, topology, 2) == {"count": [0, 1]}

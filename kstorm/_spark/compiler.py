@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -369,6 +370,12 @@ def recorded_task_keys(layout: CheckpointLayout, plan: Plan, topology: StormTopo
     recorded = dict(found or {})
     ran = next_batch_id(layout.checkpoint) > 0
     legacy = found is None and ran
+    if legacy and _state_grouped_on_task_keys(layout.checkpoint):
+        msg = (f"{layout.task_keys_path} is missing, but Spark's state in the checkpoint "
+               f"{layout.checkpoint} is kept under kstorm's recorded task keys (its state "
+               f"schema groups on {TASK_KEY_COLUMN}): without the record each task would "
+               "read its state under another key, as if it were empty")
+        raise StateError(msg, hint=_KEYS_HINT)
     kind = "task" if legacy or {e.get("kind") for e in recorded.values()} == {"task"} \
         else "balanced"
     if found is not None and ran:
@@ -414,6 +421,17 @@ def recorded_task_keys(layout: CheckpointLayout, plan: Plan, topology: StormTopo
 
 #: :func:`recorded_task_keys`' entry for the acker stage's pass-through groups
 PASS_THROUGH = "__pass_through"
+
+
+def _state_grouped_on_task_keys(checkpoint: Path) -> bool:
+    """Whether a state operator of the checkpoint groups on recorded keys (not ``__task``).
+
+    Spark writes each state operator's key schema under ``state/<op>/_stateSchema``; a
+    checkpoint from before kstorm recorded keys grouped on the task index, named ``__task``.
+    """
+    needle = f'"name":"{TASK_KEY_COLUMN}"'.encode()
+    return any(needle in path.read_bytes()
+               for path in (checkpoint / "state").glob("*/_stateSchema/**/*") if path.is_file())
 
 
 def _new_entry(kind: str, n: int, partitions: int) -> dict[str, Any]:
