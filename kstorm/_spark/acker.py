@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from kstorm._runtime.envelope import (
@@ -38,7 +38,6 @@ from kstorm._runtime.envelope import (
     to_arrow,
 )
 from kstorm._runtime.plan import AckingPlan
-from kstorm._spark.compiler import keys_at
 from kstorm._spark.gc_control import freeze_imports
 from kstorm._spark.stage import task_of_key
 from kstorm.acking.acker import run_acker_batch, stale_roots
@@ -55,6 +54,11 @@ class AckerContext:
 
     plan: AckingPlan
     input_columns: list[str]
+
+
+def keys_at(keys: list[int], index: Column) -> Column:
+    """The column ``keys[index]`` (``index`` from 0): a grouping key picked per row."""
+    return F.element_at(F.array(*[F.lit(k) for k in keys]), (index + 1).cast("int"))
 
 
 def add_ackers(output: DataFrame, acking: AckingPlan, keys: list[int],

@@ -39,6 +39,7 @@ from kstorm._runtime.envelope import (
     TASK_KEY_COLUMN,
 )
 from kstorm._runtime.plan import AckingPlan, PartitionKind, Plan, Stage, source_kind
+from kstorm._spark.acker import add_ackers, keys_at
 from kstorm._spark.offset_log import next_batch_id
 from kstorm._spark.sources import read_spout
 from kstorm._spark.stage import StageContext, StageRunner, stateful_processor, task_of_key
@@ -159,8 +160,6 @@ def compile_query(spark: SparkSession, topology: StormTopology, plan: Plan, name
     for frame in leaves[1:]:
         output = output.unionByName(frame)
     if acking is not None:
-        from kstorm._spark.acker import add_ackers
-
         output = add_ackers(output, acking, task_keys[ACKER_COMPONENT],
                             task_keys[PASS_THROUGH])
     return CompiledQuery(output, env, run)
@@ -451,11 +450,6 @@ def _check_same_parallelism(layout: CheckpointLayout, bolt: str, n: int,
            "move to tasks without their state")
     raise StateError(msg, hint=(f"keep the bolt's parallelism at {was}, or start over with a "
                                 "new checkpoint directory (its state starts empty)"))
-
-
-def keys_at(keys: list[int], index: Column) -> Column:
-    """The column ``keys[index]`` (``index`` from 0): a grouping key picked per row."""
-    return F.element_at(F.array(*[F.lit(k) for k in keys]), (index + 1).cast("int"))
 
 
 def _check_same_state_operators(layout: CheckpointLayout, recorded: set[str],
