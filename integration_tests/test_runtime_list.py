@@ -9,6 +9,7 @@ import pytest
 from kstorm import (
     BaseBasicBolt,
     BaseStatefulBolt,
+    ConfigError,
     Fields,
     StateError,
     TopologyBuilder,
@@ -166,6 +167,20 @@ def test_a_lost_record_of_task_keys_is_an_error_not_a_state_reset(spark, tmp_pat
         run_to_completion(word_count(BATCHES, count_tasks=2), conf)
     layout.task_keys_path.write_bytes(record)  # restored: the counts go on
     again = run_to_completion(word_count(BATCHES, count_tasks=2), conf)
+    assert sorted(map(tuple, again.sinks["out"].values)) == [("cat", 3), ("cat", 4)]
+
+
+def test_shuffle_partitions_a_checkpoint_ignores_are_refused(spark, tmp_path):
+    """Spark runs a checkpoint with its first partitions; a different choice is not ignored."""
+    conf = {"kstorm.checkpoint.dir": str(tmp_path / "cp")}
+    run_to_completion(word_count(BATCHES[:2], count_tasks=2), conf)  # the session's 4
+    with pytest.raises(ConfigError, match=r"kstorm.shuffle.partitions = '2', but the "
+                                          r"checkpoint .* ran with spark.sql.shuffle.partitions"
+                                          r" = '4'"):
+        run_to_completion(word_count(BATCHES, count_tasks=2),
+                          {**conf, "kstorm.shuffle.partitions": 2})
+    again = run_to_completion(word_count(BATCHES, count_tasks=2),  # the checkpoint's own value
+                              {**conf, "kstorm.shuffle.partitions": 4})
     assert sorted(map(tuple, again.sinks["out"].values)) == [("cat", 3), ("cat", 4)]
 
 

@@ -45,6 +45,24 @@ def next_batch_id(checkpoint: Path) -> int:
     return max(ids) + 1 if ids else 0
 
 
+def checkpoint_sql_conf(checkpoint: Path) -> dict[str, str]:
+    """The SQL settings Spark keeps with the checkpoint's latest planned batch, or ``{}``.
+
+    Spark writes the settings that shape a query's state (``spark.sql.shuffle.partitions``,
+    the state store's provider and formats, ...) into each batch's metadata, and a restarted
+    query runs with those, whatever the session says.
+    """
+    batch = next_batch_id(checkpoint) - 1
+    if batch < 0:
+        return {}
+    try:
+        lines = (checkpoint / "offsets" / str(batch)).read_text().splitlines()
+        conf = json.loads(lines[1]).get("conf", {}) if len(lines) > 1 else {}
+    except (OSError, ValueError, AttributeError):
+        return {}  # unreadable: Spark itself refuses such a log when the query starts
+    return {str(k): str(v) for k, v in conf.items()} if isinstance(conf, dict) else {}
+
+
 def replay_last_batch(checkpoint: Path, last_batch: int) -> list[str]:
     """Make Spark run ``last_batch`` again: out of its commit log, later plans out of its offsets.
 

@@ -37,7 +37,12 @@ from kstorm._spark import overlap
 from kstorm._spark.batch_rows import foreach_batch
 from kstorm._spark.commit import UNACKED_STATE, CommitPhase, window_state_key
 from kstorm._spark.compiler import compile_query
-from kstorm._spark.offset_log import last_committed_batch, next_batch_id, replay_last_batch
+from kstorm._spark.offset_log import (
+    checkpoint_sql_conf,
+    last_committed_batch,
+    next_batch_id,
+    replay_last_batch,
+)
 from kstorm._spark.session import get_session, start_read_planner, start_zygote
 from kstorm._spark.stage import release_instances
 from kstorm._spark.windowed import WindowCommit
@@ -112,6 +117,12 @@ def start(name: str, conf: dict[str, Any], topology: StormTopology) -> TopologyH
         if settings.guarantee is Guarantee.AT_LEAST_ONCE and UNACKED_STATE in resumed_state:
             offsets = lowest_unacked(offsets, resumed_state[UNACKED_STATE])
         topology = _start_spouts_at(topology, offsets)
+    try:
+        check_checkpoint_conf(checkpoint, settings)
+    except BaseException:
+        for sink in sinks.values():
+            sink.close()
+        raise
     # Step 5
     acking = None
     if settings.guarantee is Guarantee.AT_LEAST_ONCE and settings.ackers_enabled:
@@ -230,6 +241,34 @@ def _check_checkpoint_writable(checkpoint: Path, settings: TopologyConfig) -> No
     if problem is not None:
         msg = f"checkpoint {str(checkpoint)!r} cannot be created or written: {problem}"
         raise ConfigError(msg, hint=f"set {key} to a directory this process can write")
+
+
+def check_checkpoint_conf(checkpoint: Path, settings: TopologyConfig) -> None:
+    """Settings the user chose that the checkpoint overrides are a :class:`ConfigError`.
+
+    Spark runs a restarted query with the SQL settings its checkpoint recorded
+    (:func:`checkpoint_sql_conf`: the shuffle partitions, the state store's provider and
+    formats) and only logs that it ignored the session's. A value set with
+    ``kstorm.shuffle.partitions`` or ``kstorm.spark.conf`` that differs would be accepted and
+    ignored; one left to its default takes the checkpoint's quietly.
+    """
+    recorded = checkpoint_sql_conf(checkpoint)
+    if not recorded:
+        return
+    chosen = {key: ("kstorm.spark.conf", value) for key, value in settings.spark_conf.items()}
+    if settings.shuffle_partitions is not None:
+        chosen["spark.sql.shuffle.partitions"] = ("kstorm.shuffle.partitions",
+                                                  str(settings.shuffle_partitions))
+    for key, (source, value) in sorted(chosen.items()):
+        kept = recorded.get(key)
+        if kept is None or kept.strip() == str(value).strip():
+            continue
+        setting = source if source != "kstorm.spark.conf" else f"{source} {key}"
+        msg = (f"{setting} = {value!r}, but the checkpoint {checkpoint} ran with {key} = "
+               f"{kept!r}, and Spark runs a checkpoint with the value it started with "
+               "(yours would be ignored)")
+        raise ConfigError(msg, hint=f"set {setting} to {kept!r} or leave it unset, or start "
+                                    "over with a new checkpoint directory")
 
 
 def _check_kafka_spouts(topology: StormTopology, must_exist: bool, timeout_s: float = 10.0

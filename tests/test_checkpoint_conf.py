@@ -1,0 +1,64 @@
+"""Settings a checkpoint fixes: a different explicit choice is refused, not ignored."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kstorm._spark.offset_log import checkpoint_sql_conf
+from kstorm._spark.runner import check_checkpoint_conf
+from kstorm.config import TopologyConfig
+from kstorm.errors import ConfigError
+
+PROVIDER = "spark.sql.streaming.stateStore.providerClass"
+
+
+def _planned(cp: Path, batch: int, conf: dict[str, str]) -> None:
+    """Spark's offset log entry for ``batch``: a version, the metadata, one source line."""
+    (cp / "offsets").mkdir(parents=True, exist_ok=True)
+    meta = {"batchWatermarkMs": 0, "batchTimestampMs": 1, "conf": conf}
+    (cp / "offsets" / str(batch)).write_text(f"v1\n{json.dumps(meta)}\n{{\"batch\": 1}}")
+
+
+def _settings(**conf: object) -> TopologyConfig:
+    return TopologyConfig.from_conf(conf)
+
+
+def test_the_latest_planned_batch_gives_the_checkpoint_settings(tmp_path):
+    assert checkpoint_sql_conf(tmp_path / "none") == {}
+    _planned(tmp_path, 0, {"spark.sql.shuffle.partitions": "2"})
+    _planned(tmp_path, 1, {"spark.sql.shuffle.partitions": "3"})
+    assert checkpoint_sql_conf(tmp_path) == {"spark.sql.shuffle.partitions": "3"}
+
+
+def test_an_unreadable_log_gives_nothing(tmp_path):
+    (tmp_path / "offsets").mkdir()
+    (tmp_path / "offsets" / "0").write_text("v1\nnot json")
+    assert checkpoint_sql_conf(tmp_path) == {}
+
+
+def test_other_shuffle_partitions_than_the_checkpoint_ran_with_are_refused(tmp_path):
+    _planned(tmp_path, 0, {"spark.sql.shuffle.partitions": "2"})
+    with pytest.raises(ConfigError) as err:
+        check_checkpoint_conf(tmp_path, _settings(**{"kstorm.shuffle.partitions": 4}))
+    assert "kstorm.shuffle.partitions = '4'" in str(err.value)
+    assert "spark.sql.shuffle.partitions = '2'" in str(err.value)
+    assert "'2'" in err.value.hint
+
+
+def test_the_same_or_no_choice_runs(tmp_path):
+    _planned(tmp_path, 0, {"spark.sql.shuffle.partitions": "2", PROVIDER: "rocksdb"})
+    check_checkpoint_conf(tmp_path, _settings(**{"kstorm.shuffle.partitions": 2}))
+    check_checkpoint_conf(tmp_path, _settings())  # the default takes the checkpoint's
+    check_checkpoint_conf(tmp_path, _settings(**{"kstorm.spark.conf": {PROVIDER: "rocksdb"}}))
+    check_checkpoint_conf(tmp_path / "new", _settings(**{"kstorm.shuffle.partitions": 8}))
+
+
+def test_a_spark_setting_the_checkpoint_keeps_is_refused_too(tmp_path):
+    _planned(tmp_path, 0, {PROVIDER: "rocksdb"})
+    with pytest.raises(ConfigError, match=f"kstorm.spark.conf {PROVIDER} = 'hdfs'"):
+        check_checkpoint_conf(tmp_path, _settings(**{"kstorm.spark.conf": {PROVIDER: "hdfs"}}))
+    # settings the checkpoint does not keep are not its concern
+    check_checkpoint_conf(tmp_path, _settings(**{"kstorm.spark.conf": {"spark.ui.enabled": "x"}}))
