@@ -226,6 +226,24 @@ class TopologyConfig(BaseModel):
                               "KafkaSpout(max_offsets_per_batch=...) or "
                               "kstorm.spout.max.batch.tuples")
 
+    def _check_spark_conf_agrees(self) -> None:
+        """A kstorm key and the Spark key it sets, both given and different, are refused.
+
+        ``kstorm.spark.conf`` wins over kstorm's own options, so the kstorm key would be
+        accepted and ignored.
+        """
+        pairs = {"spark.master": ("kstorm.spark.master", self.master),
+                 "spark.sql.shuffle.partitions": ("kstorm.shuffle.partitions",
+                                                  self.shuffle_partitions)}
+        for spark_key, (key, value) in pairs.items():
+            theirs = self.spark_conf.get(spark_key)
+            if value is None or theirs is None or str(theirs).strip() == str(value):
+                continue
+            msg = (f"{key} = {value!r}, but kstorm.spark.conf sets {spark_key} = {theirs!r}, "
+                   "which would win")
+            raise ConfigError(msg, hint=f"keep one of them: {key}, or {spark_key} in "
+                                        "kstorm.spark.conf")
+
     def _check_state_provider_config(self) -> None:
         if self.state_provider == "redis":
             from kstorm.redis_state import RedisStateConfig
@@ -275,6 +293,7 @@ class TopologyConfig(BaseModel):
         settings = settings._with_ackers_guarantee()
         settings._check_state_provider_config()
         settings._check_max_spout_pending()
+        settings._check_spark_conf_agrees()
         return settings
 
     def workers_note(self) -> str | None:
@@ -297,11 +316,14 @@ class TopologyConfig(BaseModel):
     def spark_master(self) -> str | None:
         """The master kstorm sets (None: leave it to ``spark-submit --master``).
 
-        ``kstorm.spark.master`` when set; else ``local[*]``, except in a driver that
-        ``spark-submit`` started, whose ``--master`` then decides.
+        ``kstorm.spark.master`` when set, else ``spark.master`` in ``kstorm.spark.conf``
+        (they may not disagree); else ``local[*]``, except in a driver that ``spark-submit``
+        started, whose ``--master`` then decides.
         """
         if self.master is not None:
             return self.master
+        if self.spark_conf.get("spark.master"):
+            return self.spark_conf["spark.master"].strip()
         return None if os.environ.get("PYSPARK_GATEWAY_PORT") else "local[*]"
 
     def checkpoint_for(self, topology_name: str) -> Path:

@@ -1,4 +1,4 @@
-"""Settings a checkpoint fixes: a different explicit choice is refused, not ignored."""
+"""Spark settings: what a checkpoint fixes, and kstorm keys against ``kstorm.spark.conf``."""
 
 from __future__ import annotations
 
@@ -62,3 +62,23 @@ def test_a_spark_setting_the_checkpoint_keeps_is_refused_too(tmp_path):
         check_checkpoint_conf(tmp_path, _settings(**{"kstorm.spark.conf": {PROVIDER: "hdfs"}}))
     # settings the checkpoint does not keep are not its concern
     check_checkpoint_conf(tmp_path, _settings(**{"kstorm.spark.conf": {"spark.ui.enabled": "x"}}))
+
+
+@pytest.mark.parametrize(("key", "value", "spark_key", "theirs"), [
+    ("kstorm.shuffle.partitions", 4, "spark.sql.shuffle.partitions", "8"),
+    ("kstorm.spark.master", "local[2]", "spark.master", "spark://h:7077"),
+])
+def test_a_kstorm_key_and_the_spark_key_it_sets_may_not_disagree(key, value, spark_key, theirs):
+    with pytest.raises(ConfigError, match=f"{key} = .*, but kstorm.spark.conf sets {spark_key}"):
+        _settings(**{key: value, "kstorm.spark.conf": {spark_key: theirs}})
+    _settings(**{key: value, "kstorm.spark.conf": {spark_key: str(value)}})  # agreeing: fine
+
+
+def test_a_master_set_in_spark_conf_is_the_master_kstorm_plans_for():
+    from kstorm._spark.session import spark_options
+
+    settings = _settings(**{"kstorm.spark.conf": {"spark.master": "spark://h:7077"}})
+    assert settings.spark_master == "spark://h:7077"
+    options = spark_options(settings)
+    assert options["spark.master"] == "spark://h:7077"
+    assert "spark.driver.host" not in options  # not pinned to 127.0.0.1 as a local master is
