@@ -87,7 +87,9 @@ class KafkaSpout(BaseRichSpout):
         key_serde: turns the key into fields too; ``None`` keeps only the raw ``kafka_key``.
         starting_offsets: ``"earliest"``, ``"latest"``, ``"group"`` (the consumer group's
             committed offsets, earliest where none) or ``{topic: {partition: offset}}``
-            (``-2`` earliest, ``-1`` latest; unlisted partitions start at earliest).
+            (``-2`` earliest, ``-1`` latest; unlisted partitions start at earliest). Where
+            a new checkpoint starts: a checkpoint that ran resumes where it left off, and
+            partitions found later start at their earliest offset.
         group_id: consumer group whose committed offsets follow the spout's progress.
         max_offsets_per_batch: at most this many records per batch, shared fairly.
         first_batch_max_offsets: a smaller cap for the first batch after a (re)start, so
