@@ -279,6 +279,24 @@ def test_submit_topology_handle(spark, tmp_path):
     handle.stop()  # stopping a finished topology is harmless
 
 
+def test_a_second_driver_on_a_running_checkpoint_is_refused(spark, tmp_path):
+    """Two drivers on one checkpoint would plan the same batches twice: the second is refused."""
+    conf = {"kstorm.checkpoint.dir": str(tmp_path / "cp"), "kstorm.trigger": "continuous",
+            "kstorm.trigger.interval.ms": 200}
+    first = submit_topology("first", conf, word_count(BATCHES[:2], count_tasks=2))
+    try:
+        with pytest.raises(StateError, match="in use by another running topology "
+                                             r"\(topology 'first', this process"):
+            submit_topology("second", conf, word_count(BATCHES, count_tasks=2))
+        assert first.is_active  # the running one is untouched
+        first.process_all_available()
+    finally:
+        first.stop()
+    again = run_to_completion(word_count(BATCHES, count_tasks=2),
+                              {**conf, "kstorm.trigger": "available-now"})
+    assert sorted(map(tuple, again.sinks["out"].values)) == [("cat", 3), ("cat", 4)]
+
+
 def test_a_run_stopped_during_its_first_batch_starts_again(spark, tmp_path):
     """Stopped before its first batch committed (offsets log written, no commit), a stateful
     topology starts again and counts exactly (Spark may refuse to re-run batch 0 of a query

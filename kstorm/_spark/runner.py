@@ -28,6 +28,7 @@ from typing import Any, cast
 
 from kstorm._runtime import reconcile
 from kstorm._runtime.checkpoint import CheckpointLayout
+from kstorm._runtime.checkpoint_lock import CheckpointLock
 from kstorm._runtime.deadletter import DeadLetterWriter
 from kstorm._runtime.plan import acking_plan, check_window_timeouts, compile_plan, source_kind
 from kstorm._runtime.progress import Progress
@@ -69,6 +70,25 @@ def start(name: str, conf: dict[str, Any], topology: StormTopology) -> TopologyH
     checkpoint = settings.checkpoint_for(topology.transactional_id or name)
     layout = CheckpointLayout(checkpoint)
     _check_checkpoint_writable(checkpoint, settings)
+    existed = checkpoint.exists()  # before the lock's file makes the directory
+    lock = CheckpointLock.acquire(checkpoint, name)
+    try:
+        handle = _start_locked(name, conf, topology, settings, plan, checkpoint, layout, lock,
+                               existed=existed)
+    except BaseException:
+        lock.release()
+        raise
+    return handle
+
+
+def _start_locked(name: str, conf: dict[str, Any], topology: StormTopology,
+                  settings: TopologyConfig, plan: Any, checkpoint: Path,
+                  layout: CheckpointLayout, lock: CheckpointLock, *,
+                  existed: bool) -> TopologyHandle:
+    """:func:`start` once this driver holds the checkpoint's lock (released when it stops).
+
+    ``existed``: whether the checkpoint directory existed before the lock was taken.
+    """
     missing_topics = _check_kafka_spouts(topology, settings.topics_must_exist)
     # Step 3
     sinks = open_sinks(name, conf, settings, topology, plan.sinks)
@@ -83,7 +103,7 @@ def start(name: str, conf: dict[str, Any], topology: StormTopology) -> TopologyH
         for sink in sinks.values():
             sink.close()
         raise
-    resume = reconcile.decide(last_batch, layout.txid_base(), checkpoint.exists(), records,
+    resume = reconcile.decide(last_batch, layout.txid_base(), existed, records,
                               replayable=not refused)
     if resume.replay_last is not None:
         removed = replay_last_batch(checkpoint, resume.replay_last)
@@ -100,15 +120,18 @@ def start(name: str, conf: dict[str, Any], topology: StormTopology) -> TopologyH
         log.warning("topology %r: its first batch never committed (stopped during it); "
                     "planning it again from the spouts' starting offsets", name)
         stale = layout.move_aside()
+        lock.follow(name)
         if stale is not None:
             _keep_spout_logs(CheckpointLayout(stale), layout)
     if resume.from_sink is not None:
-        _check_state_survives(name, topology, plan, checkpoint, resume, sinks, settings)
+        _check_state_survives(name, topology, plan, checkpoint, resume, sinks, settings,
+                              existed=existed)
     states = _recover_states(name, conf, settings, topology, plan, resume, last_batch,
                              layout.txid_base(), sinks)
     resumed_state = sinks[resume.from_sink].committed_state() if resume.from_sink else {}
     if resume.reset_checkpoint:
         layout.move_aside()
+        lock.follow(name)
     layout.set_txid_base(resume.txid_base)
     if resume.from_sink is not None:
         log.warning("topology %r resumes from sink %r at txid %s", name, resume.from_sink,
@@ -178,8 +201,15 @@ def start(name: str, conf: dict[str, Any], topology: StormTopology) -> TopologyH
         _watch_missing_topics(name, topology, missing_topics, query)
     _release_planners_when_planned(name, spark, query, settings.release_planners,
                                    after=read_planner)
-    return TopologyHandle(name, query, commit, settings, metrics,
-                          on_stop=lambda: release_instances(spark, compiled.run))
+    lock.running = lambda: bool(query.isActive)
+
+    def on_stop() -> None:
+        try:
+            release_instances(spark, compiled.run)
+        finally:
+            lock.release()
+
+    return TopologyHandle(name, query, commit, settings, metrics, on_stop=on_stop)
 
 
 def _keep_spout_logs(stale: CheckpointLayout, layout: CheckpointLayout) -> None:
@@ -516,14 +546,18 @@ def state_only_in_checkpoint(topology: StormTopology, plan: Any,
 
 def _check_state_survives(name: str, topology: StormTopology, plan: Any, checkpoint: Any,
                           resume: reconcile.Resume, sinks: dict[str, BaseSink],
-                          settings: TopologyConfig | None = None) -> None:
-    """Refuse to resume from a sink when state held only in the checkpoint would be reset."""
+                          settings: TopologyConfig | None = None, *,
+                          existed: bool = True) -> None:
+    """Refuse to resume from a sink when state held only in the checkpoint would be reset.
+
+    ``existed``: whether the checkpoint directory existed when the topology started.
+    """
     lost = state_only_in_checkpoint(topology, plan, settings)
     if not lost:
         return
     for sink in sinks.values():
         sink.close()
-    why = "is missing" if not checkpoint.exists() else "is behind the sink"
+    why = "is missing" if not existed else "is behind the sink"
     listed = "; ".join(f"{c!r} ({what})" for c, what in sorted(lost.items()))
     msg = (f"topology {name!r} cannot resume from sink {resume.from_sink!r} at txid "
            f"{resume.txid_base}: the checkpoint {str(checkpoint)!r} {why}, and state that "
