@@ -206,11 +206,22 @@ def run(target: str, conf_file: Path | None, overrides: tuple[str, ...],
     click.echo(f"kstorm: topology {name!r} running (checkpoint "
                f"{handle.settings.checkpoint_for(topology.transactional_id or name)})", err=True)
     while not stop.is_set():
-        if handle.await_termination(0.5):
+        try:
+            finished = handle.await_termination(0.5)
+        except KstormError:
+            # A signal sent to the whole process group (systemd's default KillMode, `kill --
+            # -PGID`, `timeout`) stops Spark's JVM and Python processes too, and the query
+            # with them: that is the stop asked for, not a failure.
+            if not stop.wait(0.5):
+                raise
+            break
+        if finished:
             click.echo(f"kstorm: topology {name!r} finished", err=True)
             return
     click.echo(f"kstorm: stopping topology {name!r}", err=True)
     handle.stop()
+    click.echo(f"kstorm: topology {name!r} stopped (a batch it interrupted runs again on the "
+               "next start)", err=True)
 
 
 @cli.command(context_settings={"ignore_unknown_options": True})

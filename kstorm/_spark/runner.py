@@ -44,7 +44,7 @@ from kstorm._spark.offset_log import (
     next_batch_id,
     replay_last_batch,
 )
-from kstorm._spark.session import get_session, start_read_planner, start_zygote
+from kstorm._spark.session import get_session, lost_jvm, start_read_planner, start_zygote
 from kstorm._spark.stage import release_instances
 from kstorm._spark.windowed import WindowCommit
 from kstorm.config import Guarantee, TopologyConfig, TriggerMode
@@ -206,6 +206,11 @@ def _start_locked(name: str, conf: dict[str, Any], topology: StormTopology,
     def on_stop() -> None:
         try:
             release_instances(spark, compiled.run)
+        except Exception as exc:
+            if not lost_jvm(exc):
+                raise
+            log.info("topology %r: its bolts' cleanup did not run: Spark's processes had "
+                     "stopped already", name)
         finally:
             lock.release()
 

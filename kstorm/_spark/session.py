@@ -209,12 +209,45 @@ def get_session(settings: TopologyConfig, *, record_class_cache: bool = False,
         with _own_sigint_handler_kept() as keep_sigint:
             spark = _build_session(builder, options, keep_sigint)
         spark.sparkContext.setLogLevel("ERROR")
+        _quiet_accumulator_server(spark)
         zygote_after_launch(spark, forked)
         log.info("Spark %s started (%s); JVM and Python worker output in %s", spark.version,
                  spark.sparkContext.master, log_path())
         _skip_installed_data_source_lookup(spark)
         _warm_workers(spark)
         return spark
+
+
+def lost_jvm(exc: BaseException) -> bool:
+    """Whether ``exc`` says the driver's JVM is gone (its gateway refuses or drops calls)."""
+    from py4j.protocol import Py4JNetworkError
+
+    seen: set[int] = set()
+    at: BaseException | None = exc
+    while at is not None and id(at) not in seen:
+        if isinstance(at, (ConnectionError, Py4JNetworkError)):
+            return True
+        seen.add(id(at))
+        at = at.__cause__ or at.__context__
+    return False
+
+
+def _quiet_accumulator_server(spark: SparkSession) -> None:
+    """The accumulator server of pyspark logs a lost JVM connection at debug, not as a traceback.
+
+    When a signal sent to the whole process group (systemd's default ``KillMode``, ``kill --
+    -PGID``) stops the JVM beside the driver, the server's connection ends mid-read and
+    ``socketserver`` printed an ``EOFError`` traceback on stderr. kstorm uses no
+    accumulators; the JVM's end is reported where it matters (the query, ``kstorm run``).
+    """
+    server = getattr(spark.sparkContext, "_accumulatorServer", None)
+    if server is None:
+        return
+
+    def handle_error(request: Any, client_address: Any) -> None:
+        log.debug("pyspark's accumulator server: a connection ended: %r", sys.exc_info()[1])
+
+    server.handle_error = handle_error
 
 
 def _spark_context(conf: Any) -> Any:
@@ -331,6 +364,9 @@ def apply_deferred_extensions(spark: SparkSession, wait_s: float = DEFERRED_WAIT
             getattr(getattr(jvm, name + "$"), "MODULE$").apply()
             applied.append(name)
         except Exception as exc:  # noqa: BLE001 - named, so the missing functions are explained
+            if lost_jvm(exc):
+                log.debug("Spark session extension %s not applied: the JVM stopped", name)
+                return applied
             log.warning("Spark session extension %s could not be applied (%s); its SQL "
                         "functions are not registered in this session", name, exc)
     return applied
