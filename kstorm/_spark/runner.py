@@ -120,8 +120,8 @@ def _start_locked(name: str, conf: dict[str, Any], topology: StormTopology,
         log.warning("topology %r: its first batch never committed (stopped during it); "
                     "planning it again from the spouts' starting offsets", name)
         stale = layout.move_aside()
-        lock.follow(name)
         if stale is not None:
+            lock.follow(name)
             _keep_spout_logs(CheckpointLayout(stale), layout)
     if resume.from_sink is not None:
         _check_state_survives(name, topology, plan, checkpoint, resume, sinks, settings,
@@ -129,8 +129,7 @@ def _start_locked(name: str, conf: dict[str, Any], topology: StormTopology,
     states = _recover_states(name, conf, settings, topology, plan, resume, last_batch,
                              layout.txid_base(), sinks)
     resumed_state = sinks[resume.from_sink].committed_state() if resume.from_sink else {}
-    if resume.reset_checkpoint:
-        layout.move_aside()
+    if resume.reset_checkpoint and layout.move_aside() is not None:
         lock.follow(name)
     layout.set_txid_base(resume.txid_base)
     if resume.from_sink is not None:
