@@ -184,6 +184,26 @@ def test_shuffle_partitions_a_checkpoint_ignores_are_refused(spark, tmp_path):
     assert sorted(map(tuple, again.sinks["out"].values)) == [("cat", 3), ("cat", 4)]
 
 
+def test_a_later_topology_of_the_process_gets_its_settings_or_an_error(spark, tmp_path):
+    """One SparkSession per process: a topology's own settings apply, or are refused."""
+    import json
+
+    def partitions_of(cp):
+        meta = json.loads((cp / "offsets" / "0").read_text().splitlines()[1])
+        return meta["conf"]["spark.sql.shuffle.partitions"]
+
+    before = spark.conf.get("spark.sql.shuffle.partitions")
+    run_to_completion(word_count(BATCHES[:1], count_tasks=2),
+                      {"kstorm.checkpoint.dir": str(tmp_path / "three"),
+                       "kstorm.shuffle.partitions": 3})
+    assert partitions_of(tmp_path / "three") == "3"  # its own, not the session's
+    assert spark.conf.get("spark.sql.shuffle.partitions") == before  # put back
+    with pytest.raises(ConfigError, match=r"kstorm.spark.master = 'local\[1\]', but this "
+                                          r"process's SparkSession already runs with"):
+        run_to_completion(word_count(BATCHES[:1]), {"kstorm.checkpoint.dir": str(tmp_path / "m"),
+                                                    "kstorm.spark.master": "local[1]"})
+
+
 class KeepTypes(BaseStatefulBolt):
     """Remembers each key's value exactly as it arrived (its Python type included)."""
 

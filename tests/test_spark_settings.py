@@ -82,3 +82,62 @@ def test_a_master_set_in_spark_conf_is_the_master_kstorm_plans_for():
     options = spark_options(settings)
     assert options["spark.master"] == "spark://h:7077"
     assert "spark.driver.host" not in options  # not pinned to 127.0.0.1 as a local master is
+
+
+class _Conf:
+    """A running session's ``spark.conf``: ``spark.sql.*`` modifiable, the rest fixed."""
+
+    def __init__(self, values: dict[str, str]) -> None:
+        self.values = dict(values)
+
+    def get(self, key, default=None):
+        return self.values.get(key, default)
+
+    def set(self, key, value):
+        self.values[key] = str(value)
+
+    def unset(self, key):
+        self.values.pop(key, None)
+
+    def isModifiable(self, key):  # noqa: N802 - pyspark's name
+        return key.startswith("spark.sql.")
+
+
+class _Session:
+    def __init__(self, values: dict[str, str]) -> None:
+        self.conf = _Conf(values)
+
+
+RUNNING = {"spark.master": "local[2]", "spark.sql.shuffle.partitions": "4",
+           "spark.driver.extraJavaOptions": "-Dmine=1 -XX:SharedArchiveFile=/c.jsa"}
+
+
+def test_a_running_session_takes_a_topologys_runtime_settings_until_its_query_started():
+    from kstorm._spark.session import adopt_session_settings
+
+    spark = _Session(RUNNING)
+    restore = adopt_session_settings(spark, _settings(**{
+        "kstorm.shuffle.partitions": 3, "kstorm.spark.master": "local[2]",
+        "kstorm.spark.conf": {"spark.sql.session.timeZone": "UTC",
+                              "spark.driver.extraJavaOptions": "-Dmine=1"}}))
+    assert spark.conf.values["spark.sql.shuffle.partitions"] == "3"
+    assert spark.conf.values["spark.sql.session.timeZone"] == "UTC"
+    restore()
+    assert spark.conf.values == RUNNING  # as it was, the unset key unset again
+
+
+def test_a_setting_spark_fixed_at_start_that_differs_is_refused_and_nothing_stays_changed():
+    from kstorm._spark.session import adopt_session_settings
+
+    spark = _Session(RUNNING)
+    with pytest.raises(ConfigError, match=r"kstorm.spark.conf spark.executor.memory = '2g', "
+                                          r"but this process's SparkSession already runs with "
+                                          r"spark.executor.memory = None"):
+        adopt_session_settings(spark, _settings(**{
+            "kstorm.shuffle.partitions": 3,
+            "kstorm.spark.conf": {"spark.executor.memory": "2g"}}))
+    assert spark.conf.values == RUNNING
+    with pytest.raises(ConfigError, match="kstorm.spark.master = 'local.1.'"):
+        adopt_session_settings(spark, _settings(**{"kstorm.spark.master": "local[1]"}))
+    adopt_session_settings(spark, _settings())()  # nothing chosen: the session's, untouched
+    assert spark.conf.values == RUNNING

@@ -44,7 +44,7 @@ from kstorm._spark.offset_log import (
     next_batch_id,
     replay_last_batch,
 )
-from kstorm._spark.session import get_session, lost_jvm, start_read_planner, start_zygote
+from kstorm._spark.session import lost_jvm, session_for, start_read_planner, start_zygote
 from kstorm._spark.stage import release_instances
 from kstorm._spark.windowed import WindowCommit
 from kstorm.config import Guarantee, TopologyConfig, TriggerMode
@@ -152,49 +152,52 @@ def _start_locked(name: str, conf: dict[str, Any], topology: StormTopology,
                              timeout_ms=settings.message_timeout_secs * 1000)
         if acking is not None:
             check_window_timeouts(topology, acking)
-    spark = get_session(settings, app_name=name)
-    overlapped = overlap.enabled(name, settings, refused, spark.sparkContext.master)
-    compiled = compile_query(spark, topology, plan, name, conf, settings, layout,
-                             window_seeds=dict(resumed_state), acking=acking,
-                             txid_base=resume.txid_base)
-    windows = {s.head: WindowCommit(s.head, topology.components[s.head].component.spec(),
-                                    layout)
-               for s in plan.stages if s.native_window}
-    for component, window in windows.items():
-        snapshot = resumed_state.get(window_state_key(component))
-        if snapshot is not None:
-            window.seed(snapshot)
-    reliability = (SpoutReliability(topology, acking, layout) if acking is not None else None)
-    dead_letters = DeadLetterWriter(name, _dead_letter_connection(topology, settings),
-                                    settings.dead_letter_topic or f"{name}.dead-letters",
-                                    max_bytes=settings.dead_letter_max_bytes)
-    commit = CommitPhase(topology, name, checkpoint, settings, sinks, resume.txid_base,
-                         Progress(), dead_letters, windows, reliability, plan, conf, states,
-                         overlap=overlapped)
-    metrics = _metrics_server(name, commit, settings)
-    writer = foreach_batch(compiled.output.writeStream, spark, commit)
-    writer = writer.option("checkpointLocation", str(checkpoint)).queryName(name)
-    if settings.trigger is TriggerMode.AVAILABLE_NOW:
-        writer = writer.trigger(availableNow=True)
-    else:
-        writer = writer.trigger(processingTime=f"{settings.trigger_interval_ms} milliseconds")
-    if overlapped:
-        log.info("topology %r: each batch's sinks commit while the next batch runs "
-                 "(kstorm.commit.overlap)", name)
-    workers_note = settings.workers_note()
-    if workers_note is not None:
-        log.info("topology %r: %s", name, workers_note)
-    log.info("starting topology %r (%d stages) checkpoint=%s", name, len(plan.stages),
-             checkpoint)
-    query_failed = threading.Event()
-    read_planner = start_read_planner(spark, cancel=query_failed)
+    spark, restore = session_for(settings, app_name=name)  # restore: once the query started
     try:
-        query = writer.start()
-    except BaseException:
-        query_failed.set()
-        if metrics is not None:
-            metrics.close()
-        raise
+        overlapped = overlap.enabled(name, settings, refused, spark.sparkContext.master)
+        compiled = compile_query(spark, topology, plan, name, conf, settings, layout,
+                                 window_seeds=dict(resumed_state), acking=acking,
+                                 txid_base=resume.txid_base)
+        windows = {s.head: WindowCommit(s.head, topology.components[s.head].component.spec(),
+                                        layout)
+                   for s in plan.stages if s.native_window}
+        for component, window in windows.items():
+            snapshot = resumed_state.get(window_state_key(component))
+            if snapshot is not None:
+                window.seed(snapshot)
+        reliability = (SpoutReliability(topology, acking, layout) if acking is not None else None)
+        dead_letters = DeadLetterWriter(name, _dead_letter_connection(topology, settings),
+                                        settings.dead_letter_topic or f"{name}.dead-letters",
+                                        max_bytes=settings.dead_letter_max_bytes)
+        commit = CommitPhase(topology, name, checkpoint, settings, sinks, resume.txid_base,
+                             Progress(), dead_letters, windows, reliability, plan, conf, states,
+                             overlap=overlapped)
+        metrics = _metrics_server(name, commit, settings)
+        writer = foreach_batch(compiled.output.writeStream, spark, commit)
+        writer = writer.option("checkpointLocation", str(checkpoint)).queryName(name)
+        if settings.trigger is TriggerMode.AVAILABLE_NOW:
+            writer = writer.trigger(availableNow=True)
+        else:
+            writer = writer.trigger(processingTime=f"{settings.trigger_interval_ms} milliseconds")
+        if overlapped:
+            log.info("topology %r: each batch's sinks commit while the next batch runs "
+                     "(kstorm.commit.overlap)", name)
+        workers_note = settings.workers_note()
+        if workers_note is not None:
+            log.info("topology %r: %s", name, workers_note)
+        log.info("starting topology %r (%d stages) checkpoint=%s", name, len(plan.stages),
+                 checkpoint)
+        query_failed = threading.Event()
+        read_planner = start_read_planner(spark, cancel=query_failed)
+        try:
+            query = writer.start()
+        except BaseException:
+            query_failed.set()
+            if metrics is not None:
+                metrics.close()
+            raise
+    finally:
+        restore()
     commit.on_failure = query.stop  # a sink commit that failed after its batch returned
     if missing_topics:
         _watch_missing_topics(name, topology, missing_topics, query)

@@ -218,6 +218,67 @@ def get_session(settings: TopologyConfig, *, record_class_cache: bool = False,
         return spark
 
 
+_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
+
+
+def session_for(settings: TopologyConfig, app_name: str) -> tuple[SparkSession, Callable[[], None]]:
+    """The SparkSession a topology runs in, and what puts the session back once it started.
+
+    A new session is started with the topology's settings (:func:`get_session`); a running
+    one gets them as far as Spark allows (:func:`adopt_session_settings`).
+    """
+    with _lock:
+        active = SparkSession.getActiveSession()
+    if active is None:
+        return get_session(settings, app_name=app_name), lambda: None
+    return active, adopt_session_settings(active, settings)
+
+
+def adopt_session_settings(spark: SparkSession, settings: TopologyConfig) -> Callable[[], None]:
+    """The Spark settings a topology chose, on the process's running SparkSession.
+
+    A process has one SparkSession: the first topology (or your code) started it, with its
+    settings. A later topology's ``kstorm.shuffle.partitions`` and ``spark.sql.*`` entries of
+    ``kstorm.spark.conf`` that Spark can change at run time are set for its query (a query
+    copies the session's settings when it starts) and put back by the returned function; a
+    setting Spark fixes when it starts (``kstorm.spark.master``, executor and driver
+    options) that differs is a :class:`ConfigError`, never ignored. Settings left unset take
+    the session's.
+    """
+    chosen = {key: (f"kstorm.spark.conf {key}", str(value))
+              for key, value in settings.spark_conf.items()}
+    if settings.master is not None:
+        chosen["spark.master"] = ("kstorm.spark.master", settings.master)
+    if settings.shuffle_partitions is not None:
+        chosen["spark.sql.shuffle.partitions"] = ("kstorm.shuffle.partitions",
+                                                  str(settings.shuffle_partitions))
+    changed: dict[str, str | None] = {}
+
+    def restore() -> None:
+        for key, before in changed.items():
+            if before is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, before)
+
+    for key, (setting, value) in sorted(chosen.items()):
+        current = spark.conf.get(key, None)
+        if current is not None and (current.strip() == value.strip() or (
+                key == _JAVA_OPTIONS and current.startswith(value.strip()))):
+            continue  # (kstorm adds its own options after yours: launch_options)
+        if key.startswith("spark.sql.") and spark.conf.isModifiable(key):
+            changed[key] = current
+            spark.conf.set(key, value)
+            continue
+        restore()
+        msg = (f"{setting} = {value!r}, but this process's SparkSession already runs with "
+               f"{key} = {current!r}, and Spark cannot change it once started (a process has "
+               "one SparkSession: the first topology's settings, or yours)")
+        raise ConfigError(msg, hint="give the topologies of one process the same value, or "
+                                    "run this one in a process of its own")
+    return restore
+
+
 def lost_jvm(exc: BaseException) -> bool:
     """Whether ``exc`` says the driver's JVM is gone (its gateway refuses or drops calls)."""
     from py4j.protocol import Py4JNetworkError
