@@ -195,6 +195,15 @@ class BaseSink(Component):
     def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
         """Sinks emit nothing."""
 
+    def needed_fields(self) -> tuple[str, ...]:
+        """Fields this sink reads from every tuple it gets (its key template, its value...).
+
+        Checked against the fields each input stream declares when the topology is built, so
+        a misspelt field is a :class:`~kstorm.errors.TopologyError` then, not a failed commit
+        at the first batch. The default, ``()``, checks nothing.
+        """
+        return ()
+
     def combine(self, fields: Fields, values: list[list[Any]]) -> list[list[Any]] | None:
         """Fold one task's tuples for this sink before they leave the executor (optional).
 

@@ -279,6 +279,14 @@ def _check_inputs(cid: str, inputs: list[Grouping], streams: dict[str, dict[str,
             msg = f"bolt {cid!r} subscribes twice to {g.component}:{g.stream}"
             raise TopologyError(msg)
         seen.add((g.component, g.stream))
+        needed = getattr(components[cid][0], "needed_fields", None)
+        missing = [f for f in (needed() if needed is not None else ())
+                   if f not in declared[g.stream]]
+        if missing:
+            msg = (f"sink {cid!r} reads the fields {missing} ({components[cid][0]!r}), but "
+                   f"stream {g.stream!r} of {g.component!r} declares fields "
+                   f"{declared[g.stream].to_list()}")
+            raise TopologyError(msg)
 
 
 def _topological_order(components: dict[str, tuple[Component, int, bool]],

@@ -131,6 +131,11 @@ class KafkaSink(BaseSink):
 
     # -- the kstorm sink protocol (driver, commit phase) ----------------------------------
 
+    def needed_fields(self) -> tuple[str, ...]:
+        """The key field and the listed value fields (a key function reads what it likes)."""
+        names = [self.key] if isinstance(self.key, str) else []
+        return tuple(dict.fromkeys([*names, *(self.fields or ())]))
+
     def open(self, context: SinkContext) -> None:
         """Check the output topic, create the bookkeeping topic if needed, then the producer.
 

@@ -26,7 +26,7 @@ from kstorm.sink import BaseSink, CommitRecord, SinkBatch, SinkContext
 from ._batch import Entry, Row, build_entries, flatten, key_function, value_function
 from ._codec import VALUE_CODECS, ValueCodec
 from ._columns import combine_values, fold_rows, folded_value, table_chunks
-from ._keys import STATE_PREFIX, Namespace, check_name, offset_fields, parse_record
+from ._keys import STATE_PREFIX, KeyTemplate, Namespace, check_name, offset_fields, parse_record
 from ._lua import commit_script
 from ._optimistic import commit_optimistic
 from ._read import read_all
@@ -121,6 +121,18 @@ class RedisSink(BaseSink):
         self.sink_id = check_name("sink_id", sink_id)
         self._client: redis.Redis | None = None
         self._commit: Any = None  # the registered commit script (redis-py Script)
+
+    def needed_fields(self) -> tuple[str, ...]:
+        """The fields the key and field templates and the value name (functions: none)."""
+        names: list[str] = []
+        for spec in (self.key, self.field):
+            if isinstance(spec, str):
+                names += KeyTemplate(spec).fields
+        if isinstance(self.value, str):
+            names.append(self.value)
+        elif isinstance(self.value, Mapping):
+            names += self.value.values()
+        return tuple(dict.fromkeys(names))
 
     def bind(self, topology: str, sink_id: str | None = None) -> RedisSink:
         """A copy of this sink that records its batches under ``topology`` (and ``sink_id``)."""
