@@ -251,8 +251,9 @@ def _run(console: Any, interrupted: threading.Event, n_events: int, partitions: 
                                                                               Fields("page"))
         conf = {"kafka.bootstrap.servers": bootstrap,
                 "kstorm.trigger": "available-now",
-                "kstorm.spark.master": os.environ.get("KSTORM_SPARK_MASTER", "local[*]"),
                 "kstorm.checkpoint.dir": checkpoint}
+        if os.environ.get("KSTORM_SPARK_MASTER"):  # else local[*], or the running session's
+            conf["kstorm.spark.master"] = os.environ["KSTORM_SPARK_MASTER"]
         started = time.monotonic()
         handle = submit_topology("demo", conf, builder.create_topology())
         columns = [TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[info]}"),

@@ -85,3 +85,31 @@ def test_follow_fails_when_another_driver_took_the_new_directory(tmp_path):
     assert lock.held  # still holding the old one, released with the driver
     lock.release()
     other.release()
+
+
+def test_a_refused_start_on_a_new_checkpoint_leaves_no_directory(tmp_path):
+    cp = tmp_path / "cp"
+    CheckpointLock.acquire(cp, "counts").release(discard=True)
+    assert not cp.exists()
+    lock = CheckpointLock.acquire(cp, "counts")
+    (cp / "offsets").mkdir()  # the run got further: what it wrote stays
+    lock.release(discard=True)
+    assert (cp / "offsets").is_dir()
+    CheckpointLock.acquire(cp, "counts").release()  # and the checkpoint can be locked again
+
+
+def test_a_lock_file_replaced_after_it_was_opened_is_not_trusted(tmp_path, monkeypatch):
+    from kstorm._runtime import checkpoint_lock
+
+    cp = tmp_path / "cp"
+    calls = []
+    real = checkpoint_lock._same_file
+
+    def replaced_once(fd, path):
+        calls.append(path)
+        return len(calls) > 1 and real(fd, path)
+
+    monkeypatch.setattr(checkpoint_lock, "_same_file", replaced_once)
+    lock = CheckpointLock.acquire(cp, "counts")
+    assert len(calls) == 2 and lock.held  # opened and locked again
+    lock.release()

@@ -141,3 +141,14 @@ def test_a_setting_spark_fixed_at_start_that_differs_is_refused_and_nothing_stay
         adopt_session_settings(spark, _settings(**{"kstorm.spark.master": "local[1]"}))
     adopt_session_settings(spark, _settings())()  # nothing chosen: the session's, untouched
     assert spark.conf.values == RUNNING
+
+
+def test_local_masters_of_the_same_threads_agree():
+    import os
+
+    from kstorm._spark.session import adopt_session_settings
+
+    spark = _Session({**RUNNING, "spark.master": f"local[{os.cpu_count()}]"})
+    adopt_session_settings(spark, _settings(**{"kstorm.spark.master": "local[*]"}))()
+    with pytest.raises(ConfigError):
+        adopt_session_settings(spark, _settings(**{"kstorm.spark.master": "local"}))

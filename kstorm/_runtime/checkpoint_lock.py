@@ -53,23 +53,15 @@ class CheckpointLock:
         """Lock ``checkpoint`` for ``topology``'s driver, or raise :class:`StateError`."""
         checkpoint = Path(checkpoint)
         path = lock_path(checkpoint)
-        path.parent.mkdir(parents=True, exist_ok=True)
         _let_go_if_finished(path)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            os.close(fd)
-            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                msg = (f"cannot lock the checkpoint {checkpoint} ({path}: {exc}): kstorm makes "
-                       "sure one driver at a time runs a checkpoint")
-                raise StateError(msg, hint="put the checkpoint on a file system with file "
-                                           "locks (a local disk, NFS)") from exc
-            holder = _holder(path)
-            msg = (f"the checkpoint {checkpoint} is in use by another running topology "
-                   f"({holder}): two drivers on one checkpoint would plan and commit "
-                   "batches over each other's files")
-            raise StateError(msg, hint=_HINT) from exc
+        for _ in range(10):
+            fd = _locked(checkpoint, path)
+            if _same_file(fd, path):
+                break
+            os.close(fd)  # removed or moved aside since it was opened: lock the file there now
+        else:
+            msg = f"cannot lock the checkpoint {checkpoint}: {path} keeps being replaced"
+            raise StateError(msg, hint=_HINT)
         lock = cls(checkpoint, path, fd)
         os.ftruncate(fd, 0)
         os.pwrite(fd, json.dumps({"topology": topology, "pid": os.getpid(),
@@ -97,19 +89,62 @@ class CheckpointLock:
         if old_fd is not None:
             os.close(old_fd)
 
-    def release(self) -> None:
-        """Let the checkpoint go (idempotent)."""
+    def release(self, *, discard: bool = False) -> None:
+        """Let the checkpoint go (idempotent).
+
+        ``discard``: the checkpoint did not exist before this lock made its directory (a
+        start that was refused): remove the lock file and the directory if nothing else is
+        in it, while still holding the lock.
+        """
         fd, self._fd = self._fd, None
         if fd is None:
             return
         with _held_guard:
             if _held.get(self.path) is self:
                 del _held[self.path]
-        os.close(fd)  # closing the only descriptor releases the flock
+        try:
+            if discard and _same_file(fd, self.path) and \
+                    [p.name for p in self.checkpoint.iterdir()] == [self.path.name]:
+                self.path.unlink()
+                self.checkpoint.rmdir()
+        except OSError:
+            pass  # something else appeared in it meanwhile: it stays
+        finally:
+            os.close(fd)  # closing the only descriptor releases the flock
 
     @property
     def held(self) -> bool:
         return self._fd is not None
+
+
+def _locked(checkpoint: Path, path: Path) -> int:
+    """A descriptor of ``path`` holding its exclusive lock, or :class:`StateError`."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        os.close(fd)
+        if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            msg = (f"cannot lock the checkpoint {checkpoint} ({path}: {exc}): kstorm makes "
+                   "sure one driver at a time runs a checkpoint")
+            raise StateError(msg, hint="put the checkpoint on a file system with file locks "
+                                       "(a local disk, NFS)") from exc
+        holder = _holder(path)
+        msg = (f"the checkpoint {checkpoint} is in use by another running topology "
+               f"({holder}): two drivers on one checkpoint would plan and commit batches "
+               "over each other's files")
+        raise StateError(msg, hint=_HINT) from exc
+    return fd
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    """Whether ``path`` still names the file open at ``fd`` (not removed or replaced)."""
+    try:
+        here, there = os.fstat(fd), os.stat(path)
+    except OSError:
+        return False
+    return (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino)
 
 
 def _let_go_if_finished(path: Path) -> None:

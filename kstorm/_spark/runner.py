@@ -76,7 +76,7 @@ def start(name: str, conf: dict[str, Any], topology: StormTopology) -> TopologyH
         handle = _start_locked(name, conf, topology, settings, plan, checkpoint, layout, lock,
                                existed=existed)
     except BaseException:
-        lock.release()
+        lock.release(discard=not existed)  # a refused start leaves no checkpoint behind
         raise
     return handle
 

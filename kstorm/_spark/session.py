@@ -264,7 +264,8 @@ def adopt_session_settings(spark: SparkSession, settings: TopologyConfig) -> Cal
     for key, (setting, value) in sorted(chosen.items()):
         current = spark.conf.get(key, None)
         if current is not None and (current.strip() == value.strip() or (
-                key == _JAVA_OPTIONS and current.startswith(value.strip()))):
+                key == _JAVA_OPTIONS and current.startswith(value.strip())) or (
+                key == "spark.master" and _local_cores(current) == _local_cores(value))):
             continue  # (kstorm adds its own options after yours: launch_options)
         if key.startswith("spark.sql.") and spark.conf.isModifiable(key):
             changed[key] = current
@@ -277,6 +278,22 @@ def adopt_session_settings(spark: SparkSession, settings: TopologyConfig) -> Cal
         raise ConfigError(msg, hint="give the topologies of one process the same value, or "
                                     "run this one in a process of its own")
     return restore
+
+
+def _local_cores(master: str) -> str | None:
+    """A local master's threads, spelt one way (``local[*]`` is this machine's cores).
+
+    Example:
+        >>> _local_cores("local"), _local_cores(" local[1] "), _local_cores("spark://h:7077")
+        ('1', '1', None)
+    """
+    master = master.strip()
+    if master == "local":
+        return "1"
+    if not (master.startswith("local[") and master.endswith("]")):
+        return None
+    threads = master[len("local["):-1]
+    return str(os.cpu_count() or 1) if threads == "*" else threads
 
 
 def lost_jvm(exc: BaseException) -> bool:
