@@ -286,7 +286,8 @@ def _check_inputs(cid: str, inputs: list[Grouping], streams: dict[str, dict[str,
             msg = (f"sink {cid!r} reads the fields {missing} ({components[cid][0]!r}), but "
                    f"stream {g.stream!r} of {g.component!r} declares fields "
                    f"{declared[g.stream].to_list()}")
-            raise TopologyError(msg)
+            raise TopologyError(msg, hint=f"name fields of {g.component}:{g.stream} in the "
+                                          "sink's key and value, or declare them there")
 
 
 def _topological_order(components: dict[str, tuple[Component, int, bool]],
