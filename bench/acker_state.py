@@ -13,6 +13,7 @@ by the pending trees. Storm's claim: a fixed amount per spout tuple whatever the
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 import time
 import uuid
@@ -73,8 +74,9 @@ def measure(kafka: Any, n: int, roots: int) -> dict[str, Any]:
     builder.set_spout("events", KafkaSpout(topic))
     builder.set_bolt("fan", acker_state.Fan(n)).shuffle_grouping("events")
     builder.set_bolt("hold", acker_state.HoldLast(n), 2).fields_grouping("fan", Fields("i"))
+    checkpoint = tempfile.mkdtemp(prefix="acker-state-")  # removed once the run stopped
     conf = {"kafka.bootstrap.servers": kafka.bootstrap_servers,
-            "kstorm.checkpoint.dir": tempfile.mkdtemp(prefix="acker-state-"),
+            "kstorm.checkpoint.dir": checkpoint,
             "kstorm.trigger": "continuous", "kstorm.trigger.interval.ms": 500,
             "kstorm.spark.master": "local[2]", "kstorm.shuffle.partitions": 2,
             "topology.guarantee": "at-least-once", "topology.message.timeout.secs": 600}
@@ -95,6 +97,7 @@ def measure(kafka: Any, n: int, roots: int) -> dict[str, Any]:
                    "acker_pending": handle.progress["components"]["__acker"]["pending"]}
     finally:
         handle.stop()
+        shutil.rmtree(checkpoint, ignore_errors=True)
     return figures
 
 

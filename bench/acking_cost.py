@@ -43,16 +43,17 @@ def run_once(bootstrap: str, topic: str, guarantee: str) -> dict[str, Any]:
 
     spout = KafkaSpout(topic, value_serde=JsonSerde({"id": int, "sentence": str}),
                        max_offsets_per_batch=20_000)
-    conf = {"kafka.bootstrap.servers": bootstrap, "kstorm.trigger": "available-now",
-            "kstorm.checkpoint.dir": tempfile.mkdtemp(prefix="acking-cost-"),
-            "kstorm.spark.master": "local[2]", "topology.guarantee": guarantee}
-    started = time.monotonic()
-    handle = submit_topology(f"cost-{uuid.uuid4().hex[:6]}", conf,
-                             word_count(spout, LatestCounts()))
-    handle.await_termination()
-    wall = time.monotonic() - started
-    progress = handle.progress
-    handle.stop()
+    with tempfile.TemporaryDirectory(prefix="acking-cost-") as checkpoint:
+        conf = {"kafka.bootstrap.servers": bootstrap, "kstorm.trigger": "available-now",
+                "kstorm.checkpoint.dir": checkpoint,
+                "kstorm.spark.master": "local[2]", "topology.guarantee": guarantee}
+        started = time.monotonic()
+        handle = submit_topology(f"cost-{uuid.uuid4().hex[:6]}", conf,
+                                 word_count(spout, LatestCounts()))
+        handle.await_termination()
+        wall = time.monotonic() - started
+        progress = handle.progress
+        handle.stop()
     return {"wall_s": wall, "counts": dict(handle.sinks["out"].counts),
             "spout": progress["components"].get("sentences", {})}
 
