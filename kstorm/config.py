@@ -7,7 +7,7 @@ and only here; ``kstorm/_spark/session.py`` translates the model to Spark option
 :class:`kstorm.KafkaConnection` to librdkafka settings.
 
 Example:
-    >>> conf = Config({"topology.message.timeout.secs": 60})
+    >>> conf = Config({"topology.message.timeout.secs": 60, "topology.guarantee": "at-least-once"})
     >>> conf.set_max_spout_pending(1000)
     >>> TopologyConfig.from_conf(conf).message_timeout_secs
     60
@@ -243,6 +243,25 @@ class TopologyConfig(BaseModel):
                    "which would win")
             raise ConfigError(msg, hint=f"keep one of them: {key}, or {spark_key} in "
                                         "kstorm.spark.conf")
+
+    def chosen_spark_settings(self) -> dict[str, tuple[str, str]]:
+        """The Spark settings given explicitly: ``{spark key: (the key you set, value)}``.
+
+        ``kstorm.spark.conf`` entries, and ``kstorm.spark.master`` and
+        ``kstorm.shuffle.partitions`` when set; what you left unset is not here.
+
+        Example:
+            >>> TopologyConfig.from_conf({"kstorm.shuffle.partitions": 3}).chosen_spark_settings()
+            {'spark.sql.shuffle.partitions': ('kstorm.shuffle.partitions', '3')}
+        """
+        chosen = {key: (f"kstorm.spark.conf {key}", str(value))
+                  for key, value in self.spark_conf.items()}
+        if self.master is not None:
+            chosen["spark.master"] = ("kstorm.spark.master", self.master)
+        if self.shuffle_partitions is not None:
+            chosen["spark.sql.shuffle.partitions"] = ("kstorm.shuffle.partitions",
+                                                      str(self.shuffle_partitions))
+        return chosen
 
     def _check_state_provider_config(self) -> None:
         if self.state_provider == "redis":

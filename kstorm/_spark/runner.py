@@ -292,15 +292,10 @@ def check_checkpoint_conf(checkpoint: Path, settings: TopologyConfig) -> None:
     recorded = checkpoint_sql_conf(checkpoint)
     if not recorded:
         return
-    chosen = {key: ("kstorm.spark.conf", value) for key, value in settings.spark_conf.items()}
-    if settings.shuffle_partitions is not None:
-        chosen["spark.sql.shuffle.partitions"] = ("kstorm.shuffle.partitions",
-                                                  str(settings.shuffle_partitions))
-    for key, (source, value) in sorted(chosen.items()):
+    for key, (setting, value) in sorted(settings.chosen_spark_settings().items()):
         kept = recorded.get(key)
-        if kept is None or kept.strip() == str(value).strip():
+        if kept is None or kept.strip() == value.strip():
             continue
-        setting = source if source != "kstorm.spark.conf" else f"{source} {key}"
         msg = (f"{setting} = {value!r}, but the checkpoint {checkpoint} ran with {key} = "
                f"{kept!r}, and Spark runs a checkpoint with the value it started with "
                "(yours would be ignored)")

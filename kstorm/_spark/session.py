@@ -245,13 +245,6 @@ def adopt_session_settings(spark: SparkSession, settings: TopologyConfig) -> Cal
     options) that differs is a :class:`ConfigError`, never ignored. Settings left unset take
     the session's.
     """
-    chosen = {key: (f"kstorm.spark.conf {key}", str(value))
-              for key, value in settings.spark_conf.items()}
-    if settings.master is not None:
-        chosen["spark.master"] = ("kstorm.spark.master", settings.master)
-    if settings.shuffle_partitions is not None:
-        chosen["spark.sql.shuffle.partitions"] = ("kstorm.shuffle.partitions",
-                                                  str(settings.shuffle_partitions))
     changed: dict[str, str | None] = {}
 
     def restore() -> None:
@@ -261,7 +254,7 @@ def adopt_session_settings(spark: SparkSession, settings: TopologyConfig) -> Cal
             else:
                 spark.conf.set(key, before)
 
-    for key, (setting, value) in sorted(chosen.items()):
+    for key, (setting, value) in sorted(settings.chosen_spark_settings().items()):
         current = spark.conf.get(key, None)
         if current is not None and (current.strip() == value.strip() or (
                 key == _JAVA_OPTIONS and current.startswith(value.strip())) or (
