@@ -22,8 +22,10 @@ class Runs:
     """Starts, kills and restarts ``python -m tx_topology``; reads the sink's record."""
 
     def __init__(self, argv: list[str], name: str, redis_url: str, directory: Path, *,
-                 module: str) -> None:
+                 module: str, env: dict[str, str] | None = None) -> None:
+        """``env``: set in every run's environment (on top of this process's)."""
         self.argv, self.name, self.dir, self.module = argv, name, directory, module
+        self.env = dict(env or {})
         self.client = redis.Redis.from_url(redis_url, socket_timeout=2)
         self.rng = random.Random(20_261_124)
         self.timeline: list[str] = []
@@ -37,7 +39,8 @@ class Runs:
     def start(self, env: dict[str, str] | None = None) -> TopologyProcess:
         self.count += 1
         run = TopologyProcess.start(self.argv + ["--timeout", str(RUN_TIMEOUT)], self.dir,
-                                    f"run{self.count}", env, module=self.module)
+                                    f"run{self.count}", {**self.env, **(env or {})},
+                                    module=self.module)
         self.logs.append(run.log)
         self.timeline.append(f"run{self.count} started at txid {self.txid()}")
         return run

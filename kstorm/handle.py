@@ -82,12 +82,12 @@ class TopologyHandle:
     def await_termination(self, timeout: float | None = None) -> bool:
         """Wait until the topology stops (available-now: until the topics are drained).
 
-        Returns False if ``timeout`` (seconds) passed first. Raises :class:`KstormError` with
-        the cause if the topology failed.
+        Returns False if ``timeout`` (seconds) passed first; ``0`` only looks. Raises
+        :class:`KstormError` with the cause if the topology failed.
         """
-        try:
+        try:  # (pyspark refuses a timeout that is not positive: a millisecond for 0)
             done = (self._query.awaitTermination() if timeout is None
-                    else self._query.awaitTermination(timeout))
+                    else self._query.awaitTermination(max(float(timeout), 0.001)))
         except Exception as exc:
             self._finished()
             raise failure(self.name, exc, self._commit.failure) from exc

@@ -21,17 +21,16 @@ from kstorm._spark import jvm_tmp
 def fresh(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """A temporary directory of the test's own, and no directory made yet by this process.
 
-    A short one (pytest's ``tmp_path`` is too long for the JVM's sockets: MAX_PATH).
+    (Under ``/tmp``: the tests below see which directories a driver makes there.)
     """
     import shutil
     import tempfile
 
     short = Path(tempfile.mkdtemp(prefix="kjt-", dir="/tmp"))
     monkeypatch.setattr(tempfile, "tempdir", str(short))
-    monkeypatch.setattr(jvm_tmp, "_own", None)
+    _forget(monkeypatch)
     yield short
-    if jvm_tmp._own is not None:
-        os.close(jvm_tmp._own[2])
+    _forget(monkeypatch)
     shutil.rmtree(short, ignore_errors=True)
 
 
@@ -100,12 +99,66 @@ def test_the_java_option_is_added_unless_the_user_set_one(fresh: Path) -> None:
     assert jvm_tmp.java_option("-Djava.io.tmpdir=/mine") == "-Djava.io.tmpdir=/mine"
 
 
-def test_a_temporary_directory_too_long_for_the_jvm_s_sockets_is_not_used(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def _forget(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No directory of this process made yet (those made so far: unlocked and removed)."""
+    import shutil
+
+    for path, fd in [*jvm_tmp._held.items(),
+                     *([(jvm_tmp._own[1], jvm_tmp._own[2])] if jvm_tmp._own else [])]:
+        os.close(fd)
+        shutil.rmtree(path, ignore_errors=True)
+    monkeypatch.setattr(jvm_tmp, "_own", None)
+    monkeypatch.setattr(jvm_tmp, "_sockets", None)
+    monkeypatch.setattr(jvm_tmp, "_held", {})
+
+
+def test_every_temporary_directory_length_gets_a_socket_directory_that_works(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """TMPDIR of 15 to 120 characters (and /tmp): the JVM's directory stays under it, and
+    Spark's sockets go where a socket of their real path length was bound and answered."""
+    import shutil
     import tempfile
 
-    deep = tmp_path / ("d" * 60)
+    root = Path(tempfile.mkdtemp(prefix="k", dir="/tmp"))  # /tmp/kXXXXXXXX: 14 characters
+    try:
+        for length in [4, *range(16, 121)]:
+            tmp = Path("/tmp") if length == 4 else root / ("d" * (length - len(str(root)) - 1))
+            assert len(str(tmp)) == length
+            tmp.mkdir(exist_ok=True)
+            monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+            _forget(monkeypatch)
+            jvm = jvm_tmp.driver_tmpdir()
+            assert jvm is not None and jvm.parent == jvm_tmp.base_dir(), length
+            sockets, why = jvm_tmp.socket_dir()
+            assert sockets is not None, (length, why)
+            assert jvm_tmp.fits(sockets) and jvm_tmp.prove_socket(sockets) is None, length
+            assert sockets == jvm if jvm_tmp.fits(jvm) else sockets.parent.name.startswith(
+                "kstorm-sock-"), (length, sockets)
+            assert jvm_tmp.socket_dir() == (sockets, why)  # fixed for the process's life
+    finally:
+        _forget(monkeypatch)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_a_socket_that_cannot_work_is_refused_with_the_reason(tmp_path: Path) -> None:
+    deep = tmp_path / ("d" * 100)
+    deep.mkdir()
+    why = jvm_tmp.prove_socket(deep)
+    assert why is not None and "over the 60" in why
+    assert jvm_tmp.prove_socket(tmp_path / "missing") is not None  # no such directory
+
+
+def test_no_directory_for_sockets_anywhere_says_why(monkeypatch: pytest.MonkeyPatch,
+                                                    tmp_path: Path) -> None:
+    import tempfile
+
+    deep = tmp_path / ("d" * 100)
     deep.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(deep))
-    monkeypatch.setattr(jvm_tmp, "_own", None)
-    assert jvm_tmp.driver_tmpdir() is None
+    monkeypatch.setattr(jvm_tmp, "SHORT_ROOTS", (str(tmp_path / "none"),))
+    _forget(monkeypatch)
+    try:
+        sockets, why = jvm_tmp.socket_dir()
+        assert sockets is None and "over the 60" in why and "none" in why
+    finally:
+        _forget(monkeypatch)

@@ -62,9 +62,26 @@ def test_python_processes_talk_to_the_jvm_over_unix_domain_sockets() -> None:
     key = "spark.python.unix.domain.socket.enabled"
     assert spark_options(TopologyConfig.from_conf({}))[key] == "true"
     cluster = {"kstorm.spark.master": "spark://127.0.0.1:7077"}
-    assert spark_options(TopologyConfig.from_conf(cluster))[key] == "true"  # executor-local
+    assert key not in spark_options(TopologyConfig.from_conf(cluster))  # unproven there: TCP
     mine = {"kstorm.spark.conf": {key: "false"}}
     assert spark_options(TopologyConfig.from_conf(mine))[key] == "false"
+
+
+def test_the_socket_directory_is_a_proven_one_or_the_sockets_are_off(monkeypatch) -> None:
+    from pathlib import Path
+
+    from kstorm._spark import jvm_tmp, session
+
+    on = {"spark.python.unix.domain.socket.enabled": "true"}
+    monkeypatch.setattr(jvm_tmp, "socket_dir", lambda: (Path("/tmp/k/1-a"), ""))
+    assert session.unix_socket_options(on, {}) == {
+        "spark.python.unix.domain.socket.dir": "/tmp/k/1-a"}
+    mine = {"spark.python.unix.domain.socket.dir": "/mine"}
+    assert session.unix_socket_options({**on, **mine}, mine) == {}  # the user's wins
+    assert session.unix_socket_options({}, {}) == {}
+    monkeypatch.setattr(jvm_tmp, "socket_dir", lambda: (None, "nothing fits"))
+    assert session.unix_socket_options(on, {}) == {
+        "spark.python.unix.domain.socket.enabled": "false"}
 
 
 def test_a_planner_not_yet_idle_when_the_query_ends_is_tried_again(monkeypatch) -> None:

@@ -61,13 +61,11 @@ def spark_options(settings: TopologyConfig, app_name: str = "kstorm") -> dict[st
         # pandas while the warm ones idled. Off, the tracebacks Spark carries keep pyspark's
         # frames (kstorm reads only their last exception lines: handle.failure).
         "spark.sql.execution.pyspark.udf.simplifiedTraceback.enabled": "false",
-        # The JVM talks to its Python processes (workers, data-source planners, the
-        # streaming source runner) over Unix domain sockets instead of TCP on localhost
-        # (Spark 4.1+): a one-offset batch end to end 183 -> 121 ms, the task reading its
-        # record runs 23-36 ms instead of 67-79 (Spark's event log; bench/results/
-        # standard.md). Socket files go to java.io.tmpdir unless
-        # spark.python.unix.domain.socket.dir says otherwise.
-        "spark.python.unix.domain.socket.enabled": "true",
+        # A speed-up with a local master: the JVM talks to its Python processes (workers,
+        # data-source planners, the state server of transformWithState) over Unix domain
+        # sockets instead of TCP on localhost (bench/results/standard.md). Their directory
+        # is proven first (unix_socket_options); a cluster's executors keep Spark's TCP.
+        "spark.python.unix.domain.socket.enabled": "true" if local else "",
         # workers import the installed (compiled) pyspark, not pyspark.zip: _kstorm_daemon.py
         "spark.python.daemon.module": "_kstorm_daemon",
         "spark.sql.adaptive.enabled": "false",
@@ -147,6 +145,27 @@ def with_kstorm_jar(classpath: str | None) -> str:
     return os.pathsep.join([*[e for e in entries if e != jar], jar])
 
 
+def unix_socket_options(options: dict[str, str], user: dict[str, str]) -> dict[str, str]:
+    """Where Spark's Unix sockets go, once a directory proved to hold one; else TCP.
+
+    With ``spark.python.unix.domain.socket.enabled`` on and no directory of the user's
+    (``user``: ``kstorm.spark.conf``), the socket directory is this driver's own
+    (``jvm_tmp.socket_dir``), where a socket of Spark's real path length was bound and
+    answered. Where none works (a ``TMPDIR`` too deep and no short temporary directory, a
+    file system without sockets) the JVM and Python talk TCP on localhost, said once at INFO.
+    """
+    enabled = "spark.python.unix.domain.socket.enabled"
+    where = "spark.python.unix.domain.socket.dir"
+    if options.get(enabled, "false").lower() != "true" or where in user:
+        return {}
+    directory, why = jvm_tmp.socket_dir()
+    if directory is None:
+        log.info("speed-up off: Unix domain sockets between Spark's JVM and Python (%s); "
+                 "they talk TCP on localhost", why)
+        return {enabled: "false"}
+    return {where: str(directory)}
+
+
 def launch_options(settings: TopologyConfig, *, record_class_cache: bool = False,
                    app_name: str = "kstorm") -> dict[str, str]:
     """:func:`spark_options` plus the fast-start environment (``kstorm/_spark/launch.py``).
@@ -162,6 +181,7 @@ def launch_options(settings: TopologyConfig, *, record_class_cache: bool = False
     os.environ["SPARK_DIST_CLASSPATH"] = with_kstorm_jar(os.environ.get("SPARK_DIST_CLASSPATH"))
     key = "spark.driver.extraJavaOptions"  # a killed JVM's temporary files: jvm_tmp.py
     options[key] = jvm_tmp.java_option(options.get(key, ""))
+    options.update(unix_socket_options(options, settings.spark_conf))
     cache = launch.cache_dir()
     if "SPARK_HOME" not in os.environ:
         try:
