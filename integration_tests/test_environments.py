@@ -126,3 +126,14 @@ def test_two_topologies_at_once_one_killed_the_other_unaffected(
     assert _stored(second) == dict(second_truth)
     assert first.finish() == 0, "\n".join(first.timeline)
     assert _stored(first) == dict(first_truth)
+
+
+def test_word_count_exact_on_the_public_routes_only(
+        spark: Any, kafka: Any, redis_server: Any, produce: Any, tmp_path: Path) -> None:
+    """Every speed-up off (``KSTORM_SPEEDUPS_OFF=all``): foreachBatch, toArrow, the public
+    MapState methods, TCP between the JVM and Python, no zygote. The same counts."""
+    runs, truth = _word_count(kafka, redis_server, produce, tmp_path,
+                              {"KSTORM_SPEEDUPS_OFF": "all"})
+    _exact_after_a_kill(runs, truth)
+    log = runs.logs[-1].read_text()
+    assert "data path on the public route" in log, log[-2000:]

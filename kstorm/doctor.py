@@ -47,7 +47,7 @@ def run_checks() -> list[Check]:
     """Every check, in the order :func:`render` prints them."""
     checks: list[Callable[[], Check]] = [
         python, java, pyspark, kstorm_package, confluent_kafka, redis_client, redis_server,
-        broker, class_cache, spark_python,
+        broker, class_cache, spark_python, speedups,
     ]
     return [_guarded(check) for check in checks]
 
@@ -88,11 +88,32 @@ def java() -> Check:
 
 
 def pyspark() -> Check:
-    """PySpark (Spark itself: its jars ship in the wheel)."""
+    """PySpark (Spark itself: its jars ship in the wheel), in kstorm's supported range."""
     try:
-        return Check("pyspark", "ok", version("pyspark"))
+        found = version("pyspark")
     except PackageNotFoundError:
         return Check("pyspark", "fail", "not installed", "`pip install kstorm` installs it")
+    from kstorm._spark import check_pyspark
+    from kstorm.errors import KstormError
+
+    try:
+        check_pyspark(found)
+    except KstormError as exc:
+        return Check("pyspark", "fail", str(exc), exc.hint)
+    return Check("pyspark", "ok", found)
+
+
+def speedups() -> Check:
+    """Which of kstorm's speed-ups may run here, and the data path's route (speedups.py)."""
+    from kstorm._spark import speedups as fenced
+
+    report = fenced.report()
+    route = ("private (tested on this pyspark)" if report["batch-rows"].startswith("on")
+             else "public (foreachBatch, toArrow, MapState)")
+    off = [name for name, state in report.items() if state.startswith("off")]
+    detail = f"data path: {route}; off: {', '.join(off) or 'none'}"
+    return Check("speed-ups", "ok", detail,
+                 "" if not off else f"{fenced.ENV} lists those switched off")
 
 
 def kstorm_package() -> Check:

@@ -35,6 +35,7 @@ from kstorm._runtime.progress import Progress
 from kstorm._runtime.reliability import SpoutReliability, lowest_unacked
 from kstorm._runtime.state_book import StateBook
 from kstorm._spark import overlap
+from kstorm._spark import speedups
 from kstorm._spark.batch_rows import foreach_batch
 from kstorm._spark.commit import UNACKED_STATE, CommitPhase, window_state_key
 from kstorm._spark.compiler import compile_query
@@ -201,7 +202,8 @@ def _start_locked(name: str, conf: dict[str, Any], topology: StormTopology,
     commit.on_failure = query.stop  # a sink commit that failed after its batch returned
     if missing_topics:
         _watch_missing_topics(name, topology, missing_topics, query)
-    _release_planners_when_planned(name, spark, query, settings.release_planners,
+    _release_planners_when_planned(name, spark, query, settings.release_planners
+                                   and speedups.enabled("planners"),
                                    after=read_planner)
     lock.running = lambda: bool(query.isActive)
 

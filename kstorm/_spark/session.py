@@ -16,7 +16,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from kstorm._spark import hadoop_fs, jvm_tmp, launch, zygote
+from kstorm._spark import hadoop_fs, jvm_tmp, launch, speedups, zygote
 from kstorm._spark.java import check_java
 from kstorm._spark.launch import log_path
 from kstorm.config import TopologyConfig
@@ -78,7 +78,8 @@ def spark_options(settings: TopologyConfig, app_name: str = "kstorm") -> dict[st
         # local master, also without a chmod/readlink process per file (hadoop_fs.py); the
         # executors of a cluster do not have that class.
         "spark.hadoop.fs.AbstractFileSystem.file.impl":
-            hadoop_fs.FS_CLASS if local else "org.apache.hadoop.fs.local.RawLocalFs",
+            hadoop_fs.FS_CLASS if local and speedups.enabled("hadoop-fs")
+            else "org.apache.hadoop.fs.local.RawLocalFs",
         "spark.driver.memory": "2g",
         "spark.sql.streaming.metricsEnabled": "false",
         "spark.sql.session.timeZone": "UTC",
@@ -158,6 +159,8 @@ def unix_socket_options(options: dict[str, str], user: dict[str, str]) -> dict[s
     where = "spark.python.unix.domain.socket.dir"
     if options.get(enabled, "false").lower() != "true" or where in user:
         return {}
+    if enabled not in user and not speedups.enabled("unix-sockets"):
+        return {enabled: "false"}
     directory, why = jvm_tmp.socket_dir()
     if directory is None:
         log.info("speed-up off: Unix domain sockets between Spark's JVM and Python (%s); "
@@ -180,7 +183,8 @@ def launch_options(settings: TopologyConfig, *, record_class_cache: bool = False
     options = spark_options(settings, app_name)
     os.environ["SPARK_DIST_CLASSPATH"] = with_kstorm_jar(os.environ.get("SPARK_DIST_CLASSPATH"))
     key = "spark.driver.extraJavaOptions"  # a killed JVM's temporary files: jvm_tmp.py
-    options[key] = jvm_tmp.java_option(options.get(key, ""))
+    if speedups.enabled("jvm-tmpdir"):
+        options[key] = jvm_tmp.java_option(options.get(key, ""))
     options.update(unix_socket_options(options, settings.spark_conf))
     cache = launch.cache_dir()
     if "SPARK_HOME" not in os.environ:
@@ -191,7 +195,8 @@ def launch_options(settings: TopologyConfig, *, record_class_cache: bool = False
             home = None
         if home is not None:
             os.environ["SPARK_HOME"] = str(home)
-    if settings.spark_class_cache and "SPARK_HOME" in os.environ:
+    if (settings.spark_class_cache and "SPARK_HOME" in os.environ
+            and speedups.enabled("class-cache")):
         try:
             extra = launch.class_archive_options(Path(os.environ["SPARK_HOME"]), cache,
                                                  record=record_class_cache)
@@ -233,6 +238,12 @@ def get_session(settings: TopologyConfig, *, record_class_cache: bool = False,
         zygote_after_launch(spark, forked)
         log.info("Spark %s started (%s); JVM and Python worker output in %s", spark.version,
                  spark.sparkContext.master, log_path())
+        report = speedups.report()
+        log.info("pyspark %s; data path on the %s route; speed-ups off: %s (%s)",
+                 speedups.pyspark_version(),
+                 "private" if report["batch-rows"].startswith("on") else "public",
+                 ", ".join(n for n, v in report.items() if v.startswith("off")) or "none",
+                 speedups.ENV)
         _skip_installed_data_source_lookup(spark)
         _warm_workers(spark)
         return spark
@@ -471,6 +482,8 @@ def zygote_wanted(settings: TopologyConfig) -> bool:
     """
     if not settings.python_zygote or not (settings.spark_master or "").startswith("local"):
         return False
+    if not speedups.enabled("zygote"):
+        return False
     if other_spark_python() is not None:
         return False
     return zygote.launcher() is not None
@@ -607,7 +620,7 @@ def start_read_planner(spark: SparkSession, wait_s: float = 60.0, poll_s: float 
     ``cancel`` is set (the query did not start).
     """
     cancel = cancel or threading.Event()
-    if _planner_factories(spark, (PLAN_READ,))[1]:
+    if not speedups.enabled("planners") or _planner_factories(spark, (PLAN_READ,))[1]:
         return None
 
     def start() -> None:

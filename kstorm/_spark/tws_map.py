@@ -12,8 +12,9 @@ bolt's own work on a tuple (py-spy, ``bench/results/topology.md``).
 4.3.0's ``MapStateClient``: a ``StateRequest`` protobuf, then a response) with the key and
 value pickled as pyspark pickles a one-field row, and reads the JVM's pickled rows with an
 unpickler that maps pyspark's two row-building functions to a plain tuple. When the pyspark
-in use does not have the internals it relies on, it uses the public ``MapState`` methods
-instead (same results, slower).
+in use does not have the internals it relies on, is not a release it was tested on, or
+``KSTORM_SPEEDUPS_OFF`` names ``state-map``, it uses the public ``MapState`` methods
+instead (same results, slower; the kill tests run both).
 """
 
 from __future__ import annotations
@@ -77,9 +78,16 @@ class BinaryMap:
         b'v'
     """
 
-    def __init__(self, map_state: Any) -> None:
+    def __init__(self, map_state: Any, *, fast: bool | None = None) -> None:
+        """``fast``: None takes the direct route where ``speedups.py`` (``state-map``) and
+        the client's members allow it; False is the public ``MapState`` methods."""
+        from kstorm._spark import speedups
+
         self._ms = map_state
         self._fast = False
+        if fast is False or (fast is None and not speedups.enabled("state-map",
+                                                                   private_pyspark=True)):
+            return
         try:
             from pyspark.serializers import pickle_protocol, write_int
             from pyspark.sql.streaming.proto import StateMessage_pb2
