@@ -6,9 +6,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from kstorm.component import Component, TopologyContext
-from kstorm.errors import FailedException
+from kstorm.errors import EmitError, FailedException
 from kstorm.state import KeyValueState
-from kstorm.tuple import DEFAULT_STREAM, Tuple
+from kstorm.tuple import DEFAULT_STREAM, Fields, Tuple
 
 Anchors = Tuple | Sequence[Tuple] | None
 EmitFn = Callable[[str, list[Any], Sequence[Tuple]], None]
@@ -20,6 +20,71 @@ def _anchor_list(anchors: Anchors) -> Sequence[Tuple]:
     if isinstance(anchors, Tuple):
         return (anchors,)
     return anchors
+
+
+_NO: Any = object()  # no third positional argument
+FORMS = ("Storm's emit(values), emit(anchor_or_anchors, values), emit(stream, values), "
+         "emit(stream, anchor_or_anchors, values); or kstorm's emit(values, anchors=None, *, "
+         "stream='default')")
+
+
+def _is_anchors(value: Any, *, empty: bool = True) -> bool:
+    """A Tuple, or a list/tuple of Tuples (``empty``: an empty one counts)."""
+    if isinstance(value, Tuple):
+        return True
+    return (isinstance(value, list | tuple) and (empty or bool(value))
+            and all(isinstance(v, Tuple) for v in value))
+
+
+def _is_values(value: Any) -> bool:
+    return isinstance(value, list | tuple) and not isinstance(value, Tuple)
+
+
+def _bad_emit(component: str, *args: Any) -> EmitError:
+    shown = ", ".join(type(a).__name__ for a in args if a is not _NO)
+    return EmitError(f"{component}.emit({shown}) matches neither emit form: {FORMS}",
+                     hint="put the values list where the form has it (a Tuple is an anchor)")
+
+
+def emit_form(first: Any, second: Any, third: Any, stream: str,
+              collector: str = "OutputCollector") -> tuple[str, Any, Anchors]:
+    """``(stream, values, anchors)`` of an ``emit`` call in Storm's form or kstorm's.
+
+    Example:
+        >>> t = Tuple(["a"], Fields("w"), "split", "default")
+        >>> emit_form(["x"], t, _NO, "default")[1:] == (["x"], t)      # kstorm's
+        True
+        >>> emit_form(t, ["x"], _NO, "default")[1:] == (["x"], t)      # Storm's
+        True
+        >>> emit_form("counts", [t], ["x"], "default") == ("counts", ["x"], [t])
+        True
+    """
+    if third is not _NO:  # Storm's emit(stream, anchor_or_anchors, values)
+        if isinstance(first, str) and _is_anchors(second) and _is_values(third):
+            return first, third, second
+        raise _bad_emit(collector, first, second, third)
+    if second is None or _is_anchors(second):
+        if _is_values(first):  # kstorm's emit(values, anchors), or emit(values)
+            return stream, first, second
+        if isinstance(first, str) and second is None:
+            raise _bad_emit(collector, first)
+    if _is_values(second):
+        if _is_anchors(first):  # Storm's emit(anchor_or_anchors, values)
+            return stream, second, first
+        if isinstance(first, str):  # Storm's emit(stream, values)
+            return first, second, None
+    raise _bad_emit(collector, first, second)
+
+
+def basic_emit_form(first: Any, second: Any, stream: str, collector: str
+                    ) -> tuple[str, Any]:
+    """``(stream, values)`` of an unanchored collector's ``emit(values)`` or Storm's
+    ``emit(stream, values)``; an :class:`~kstorm.errors.EmitError` otherwise."""
+    if second is _NO and _is_values(first):
+        return stream, first
+    if isinstance(first, str) and _is_values(second):
+        return first, second
+    raise _bad_emit(collector, first, second)
 
 
 class OutputCollector:
@@ -36,9 +101,18 @@ class OutputCollector:
         self._ack = ack
         self._fail = fail
 
-    def emit(self, values: Sequence[Any], anchors: Anchors = None, *,
+    def emit(self, values: Any, anchors: Any = None, third: Any = _NO, *,
              stream: str = DEFAULT_STREAM) -> None:
-        """Emit ``values`` on ``stream``, anchored to ``anchors`` (none: unanchored)."""
+        """Emit ``values`` on ``stream``, anchored to ``anchors`` (none: unanchored).
+
+        Storm's positional forms work as written too: ``emit(anchor, values)``,
+        ``emit(anchors, values)``, ``emit(stream, values)``, ``emit(stream, anchor,
+        values)``. A call in neither form is an :class:`~kstorm.errors.EmitError`, which
+        stops the topology.
+        """
+        if third is not _NO or not (type(values) is list or _is_values(values)) or not (
+                anchors is None or type(anchors) is Tuple or _is_anchors(anchors)):
+            stream, values, anchors = emit_form(values, anchors, third, stream)
         if anchors is None:
             self._emit(stream, list(values), ())
         elif type(anchors) is Tuple:
@@ -65,8 +139,14 @@ class BasicOutputCollector:
         # emit), read at each emit (a kept bolt's collector gets each batch's)
         self._plain = type(out) is OutputCollector
 
-    def emit(self, values: Sequence[Any], *, stream: str = DEFAULT_STREAM) -> None:
-        """Emit ``values`` on ``stream``, anchored to the tuple being executed."""
+    def emit(self, values: Any, second: Any = _NO, *, stream: str = DEFAULT_STREAM) -> None:
+        """Emit ``values`` on ``stream``, anchored to the tuple being executed.
+
+        Storm's ``emit(stream, values)`` works as written too; another form is an
+        :class:`~kstorm.errors.EmitError`.
+        """
+        if second is not _NO or not (type(values) is list or _is_values(values)):
+            stream, values = basic_emit_form(values, second, stream, "BasicOutputCollector")
         if self._plain:
             anchor = self.input
             self._out._emit(stream, list(values), () if anchor is None else (anchor,))

@@ -7,6 +7,8 @@ Hierarchy::
     ├── TopologyError (+ ValueError)         the graph is invalid (unknown component or
     │                                        stream, undeclared field, duplicate or reserved
     │                                        id, cycle); names the component
+    │   └── EmitError (+ TypeError)          an emit call in neither Storm's nor kstorm's
+    │                                        form: stops the topology, never a dead letter
     ├── FieldError (+ KeyError)              a tuple has no field of that name
     ├── SerdeError                           bytes could not become fields (or back); carries
     │                                        the reason that a dead-letter record reports
@@ -102,6 +104,14 @@ class BoltError(KstormError):
     """A bolt raised while ``kstorm.bolt.error.policy`` is ``fail``: the topology stops."""
 
 
+class EmitError(TopologyError, TypeError):
+    """A collector's ``emit`` was called in neither Storm's form nor kstorm's.
+
+    A programming error, not bad data: it stops the topology at the first call (each input
+    a dead letter would hide it), and the message shows both forms.
+    """
+
+
 class FailedException(KstormError):
     """Raise from ``BaseBasicBolt.execute`` to fail the input tuple (Storm semantics)."""
 
@@ -110,6 +120,7 @@ __all__ = [
     "BoltError",
     "ConfigError",
     "EmbeddedServiceError",
+    "EmitError",
     "FailedException",
     "FieldError",
     "JavaError",

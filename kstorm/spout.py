@@ -6,7 +6,10 @@ from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 from kstorm.component import Component, TopologyContext
+from kstorm.errors import EmitError
 from kstorm.tuple import DEFAULT_STREAM
+
+_NO: Any = object()  # no third positional argument
 
 
 class SpoutOutputCollector:
@@ -15,9 +18,25 @@ class SpoutOutputCollector:
     def __init__(self, emit: Callable[[str, list[Any], Any], None]) -> None:
         self._emit = emit
 
-    def emit(self, values: Sequence[Any], message_id: Any = None, *,
+    def emit(self, values: Any, message_id: Any = None, third: Any = _NO, *,
              stream: str = DEFAULT_STREAM) -> None:
-        """Emit ``values`` on ``stream``; ``message_id`` None means untracked."""
+        """Emit ``values`` on ``stream``; ``message_id`` None means untracked.
+
+        Storm's ``emit(stream, values)`` and ``emit(stream, values, message_id)`` work as
+        written too (a first argument that is a string names the stream).
+        """
+        if isinstance(values, str):
+            if not isinstance(message_id, list | tuple):
+                msg = (f"SpoutOutputCollector.emit({values!r}, ...): a stream name needs the "
+                       "values after it: emit(stream, values[, message_id]), or kstorm's "
+                       "emit(values, message_id=None, *, stream='default')")
+                raise EmitError(msg, hint="put the values list where the form has it")
+            stream, values, message_id = values, message_id, None if third is _NO else third
+        elif third is not _NO or not isinstance(values, list | tuple):
+            msg = (f"SpoutOutputCollector.emit({type(values).__name__}, ...) matches neither "
+                   "Storm's emit(values[, message_id]) / emit(stream, values[, message_id]) "
+                   "nor kstorm's emit(values, message_id=None, *, stream='default')")
+            raise EmitError(msg, hint="put the values list where the form has it")
         self._emit(stream, list(values), message_id)
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
+from kstorm.bolt import _NO, _is_values, basic_emit_form
 from kstorm.component import Component, TopologyContext
 from kstorm.tuple import DEFAULT_STREAM, Tuple
 
@@ -28,8 +29,10 @@ class BatchOutputCollector:
     def __init__(self, emit: Callable[[str, list[Any], Sequence[Tuple]], None]) -> None:
         self._emit = emit
 
-    def emit(self, values: Sequence[Any], *, stream: str = DEFAULT_STREAM) -> None:
-        """Emit ``values`` on ``stream``."""
+    def emit(self, values: Any, second: Any = _NO, *, stream: str = DEFAULT_STREAM) -> None:
+        """Emit ``values`` on ``stream`` (Storm's ``emit(stream, values)`` works too)."""
+        if second is not _NO or not _is_values(values):
+            stream, values = basic_emit_form(values, second, stream, "BatchOutputCollector")
         self._emit(stream, list(values), ())
 
     def report_error(self, error: BaseException) -> None:

@@ -32,7 +32,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from kstorm.bolt import Anchors, OutputCollector
+from kstorm.bolt import (
+    _NO,
+    OutputCollector,
+    _anchor_list,
+    _is_anchors,
+    _is_values,
+    emit_form,
+)
 from kstorm.component import Component, TopologyContext
 from kstorm.state import KeyValueState
 from kstorm.tuple import DEFAULT_STREAM, Fields
@@ -57,16 +64,23 @@ class WindowedOutputCollector(OutputCollector):
         self._anchors: list[Any] | None = None
         self._for: TupleWindow | None = None
 
-    def emit(self, values: Any, anchors: Anchors = None, *,
+    def emit(self, values: Any, anchors: Any = None, third: Any = _NO, *,
              stream: str = DEFAULT_STREAM) -> None:
-        """Emit ``values``; without ``anchors``, anchored to the tuples of the window."""
+        """Emit ``values``; without ``anchors``, anchored to the tuples of the window.
+
+        Storm's positional forms as :meth:`kstorm.OutputCollector.emit` takes them.
+        """
+        if third is not _NO or not _is_values(values) or not (
+                anchors is None or _is_anchors(anchors)):
+            stream, values, anchors = emit_form(values, anchors, third, stream,
+                                                "WindowedOutputCollector")
         if anchors is None and self.window is not None:
             if self._for is not self.window:
                 self._for = self.window
                 self._anchors = ([] if self.window._persistent  # noqa: SLF001
                                  else self.window.get())
             anchors = self._anchors
-        super().emit(values, anchors, stream=stream)
+        self._emit(stream, list(values), _anchor_list(anchors))
 
 
 class BaseWindowedBolt(WindowedBoltConfigMixin, Component):
