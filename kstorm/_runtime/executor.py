@@ -568,6 +568,8 @@ class StageExecutor:
         except Exception as exc:
             if self._fail_on_error:
                 raise bolt_failed(component, exc) from exc
+            if is_batch_bolt(t.bolt):
+                raise batch_bolt_failed(component, exc) from exc
             self._dead_letter(component, tup, exc)
             if isinstance(tup._ids, TrackedTuple) and not tup._ids.settled:
                 # the dead-letter record now holds the tuple: nothing to replay
@@ -808,6 +810,13 @@ def bolt_failed(component: str, exc: BaseException) -> BoltError:
     """The error that stops the topology when a bolt raises under the ``fail`` policy."""
     return BoltError(f"bolt {component!r} raised {type(exc).__name__}: {exc} "
                      "(kstorm.bolt.error.policy = 'fail')")
+
+
+def batch_bolt_failed(component: str, exc: BaseException) -> BoltError:
+    """A batch bolt's ``execute`` raised: its transaction fails and is replayed (Storm's
+    *Transactional topologies*), whatever ``kstorm.bolt.error.policy`` says."""
+    return BoltError(f"batch bolt {component!r} raised {type(exc).__name__}: {exc} (a batch "
+                     "bolt's error fails its transaction, which is replayed with the same txid)")
 
 
 def _windowed_collector() -> type[OutputCollector]:
