@@ -86,6 +86,7 @@ def _also(info: FieldInfo, key: str, attr: str) -> str:
 
 
 def render() -> str:
+    """The page: one row per ``TopologyConfig`` field, sorted by key."""
     from kstorm.config import TopologyConfig
 
     rows = {}
@@ -97,6 +98,7 @@ def render() -> str:
 
 
 def main(argv: list[str]) -> int:
+    """Write the page, or with ``--check`` exit 1 when it differs from what would be written."""
     text = render()
     if "--check" in argv:
         if not PAGE.exists() or PAGE.read_text() != text:
