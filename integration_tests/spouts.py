@@ -3,7 +3,7 @@
 - :class:`NumberSpout`: emits ``[n, n mod keys]`` for n in 0..count-1, a few per
   ``next_tuple``, message id n; every ``ack`` is appended to ``<state_dir>/acks``. Its
   position (the first n not acked yet) is persisted in ``ack`` and resumed in ``open``, the
-  contract free-form spouts follow (README "Writing a spout").
+  contract free-form spouts follow (docs/spouts.md).
 - :class:`FlakySpout`: emits like NumberSpout but ``next_tuple`` raises on chosen calls.
 - :class:`WrongAritySpout`: emits two values on a one-field stream.
 - :class:`Record`: a bolt that passes tuples on and, at the end of each batch, appends

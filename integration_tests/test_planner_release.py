@@ -1,7 +1,7 @@
 """``kstorm.spark.release.planners``: Spark's idle Python planner processes are stopped.
 
 Spark plans a query's Python data sources (the spouts) in helper processes (a daemon and a
-worker per planner) and keeps them for the life of the JVM, ~200-350 MiB (README
+worker per planner) and keeps them for the life of the JVM, ~200-350 MiB (docs/speedups.md,
 "Memory"). Once a topology's first batch ran, kstorm stops them: the lookup planner always
 (Spark runs it once per JVM), the query's own planners with the key (default on; off in
 ``run_to_completion``). A topology started later in the same session plans and runs as

@@ -10,7 +10,7 @@ micro-batches, through a user windowed bolt's task (``WindowedTask``, restored f
 snapshot between batches as on Spark) and compares its late tuples with the aggregate's
 ``late_mask`` over the same rows (the executor's rule, its per-stream clocks carried across
 batches). Every partition delivers in the first batch (a partition that has not delivered
-yet cannot hold the watermark back, by design: see the README), and timestamps are odd so
+yet cannot hold the watermark back, by design: see docs/guarantees.md), and timestamps are odd so
 that none sits exactly on a window end (boundaries are tested in test_window_boundaries.py).
 """
 

@@ -201,7 +201,7 @@ class CountingRows(CaptureSink):
 
 def test_combine_is_given_its_own_rows_again_with_the_next_tuples(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    # what the docstring and README say: the rows a combine returned come back to it,
+    # what the docstring and docs/sinks.md say: the rows a combine returned come back to it,
     # first, with the task's newer tuples; a fold that holds for its own output (Summing)
     # gives the true total, one that counts rows (CountingRows) does not
     import kstorm._runtime.executor as executor
