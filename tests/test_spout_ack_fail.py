@@ -513,3 +513,36 @@ def test_driver_applies_max_spout_pending_to_free_form_spouts() -> None:
         driver.run()
         assert sorted(v[0] for v in driver.output("out")) == list(range(12))
         assert sorted(driver._runners["numbers"].spout.fails) == [0, 5, 10]
+
+
+class ReplayInFail(PendingSpout):
+    """Storm's reliable spout written the other common way: ``fail`` re-emits at once, and
+    ``open`` emits a first tuple."""
+
+    def open(self, conf: dict[str, Any], context: Any, collector: Any) -> None:
+        super().open(conf, context, collector)
+        self.pending["hello"] = [-1]
+        collector.emit([-1], message_id="hello")
+
+    def ack(self, msg_id: Any) -> None:
+        self.acks.append(msg_id)
+        del self.pending[msg_id]
+
+    def fail(self, msg_id: Any) -> None:
+        self.fails.append(msg_id)
+        self.collector.emit(self.pending[msg_id], message_id=msg_id)
+
+
+def test_tuples_a_spout_emits_in_open_or_fail_are_emitted_not_dropped() -> None:
+    """Storm's *Guaranteeing message processing*: "nextTuple, ack, and fail are all called
+    in a tight loop on a single thread in the spout task" -- so a spout may emit from
+    ``fail`` (a replay) or ``open``; kstorm puts those tuples in the next batch."""
+    spout = ReplayInFail(20)
+    with TopologyTestDriver(topology(spout, FailFirst(3)), AT_LEAST_ONCE) as driver:
+        driver.run()
+        out = sorted(v[0] for v in driver.output("out"))
+        instance = driver._runners["numbers"].spout
+        assert out == list(range(-1, 20))  # every replay from fail() arrived
+        assert sorted(instance.fails) == [0, 3, 6, 9, 12, 15, 18]
+        assert instance.pending == {}
+        assert driver.counters["numbers.acked"] == 21

@@ -21,7 +21,11 @@ Planning batch ``seq`` (:meth:`SpoutExecutor.next_batch`):
       it in this batch. A notice for a tuple another (dead) instance emitted goes to this
       one if it is an ack; if it is a fail, kstorm re-emits the logged tuple itself (owner
       ``@kstorm``), since only the instance that emitted it could: nothing is lost.
-   b. Call ``next_tuple`` until the batch is full (:class:`BatchBounds`): max tuples, max
+   b. The batch starts with the tuples the spout emitted since the last batch from
+      ``open``, ``activate``, ``ack`` or ``fail`` (a replay from ``fail``, as Storm allows:
+      they share one thread there); tuples emitted after a batch is logged (an ``ack``
+      at most once) start the next one.
+      Call ``next_tuple`` until the batch is full (:class:`BatchBounds`): max tuples, max
       time, or the spout emitting nothing for ``idle_calls`` calls in a row (sleeping
       ``wait_ms`` after each, as Storm's sleep wait strategy). A call that raises ends the
       batch (logged with the spout's id); ``max_failures`` failing calls in a row raise a
@@ -273,9 +277,18 @@ class SpoutExecutor:
         self._opened = True
 
     def _fill(self, room: int | None = None) -> list[LoggedTuple]:
+        """``next_tuple`` until the batch is full; the batch starts with what the spout
+        emitted since the last one from ``open``, ``activate``, ``ack`` or ``fail`` (in
+        Storm they share ``next_tuple``'s thread and may emit: a replay from ``fail``)."""
+        try:
+            return self._fill_from_next_tuple(room)
+        except BaseException:
+            self._buffer.take()  # the failed call's emits go with its batch
+            raise
+
+    def _fill_from_next_tuple(self, room: int | None) -> list[LoggedTuple]:
         bounds = self.bounds
         buffer = self._buffer
-        buffer.take()
         deadline = self._clock() + bounds.max_ms / 1000
         idle = 0
         most = bounds.max_tuples if room is None else min(bounds.max_tuples, room)
