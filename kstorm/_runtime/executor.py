@@ -72,6 +72,8 @@ _IMMUTABLE = frozenset({str, int, float, bool, bytes, type(None)})
 _NO_PLANS: dict[str, Any] = {}
 _TASK_MEMO = 1 << 16  # string grouping values whose task a route remembers per batch
 _window_log = logging.getLogger("kstorm.windowing")
+_log = logging.getLogger("kstorm")
+STORM_MIN = 3  # dead letters of one type in a batch before the share is looked at
 
 
 def _entry(values: list[Any]) -> list[Any] | bytes:
@@ -156,6 +158,7 @@ class StageExecutor:
         self._state_for = state_for
         self.attempt = attempt if attempt is not None else batch_id
         self._fail_on_error = self.settings.bolt_error_policy is BoltErrorPolicy.FAIL
+        self._dead_by_type: Counter[tuple[str, str]] = Counter()  # (bolt, error): this batch
         # exactly once, a failed tuple fails its batch (it is re-run; seed 002)
         self._fail_fails_batch = self.settings.guarantee is Guarantee.EXACTLY_ONCE
         self._capture = self.settings.captures
@@ -605,6 +608,7 @@ class StageExecutor:
 
     def _dead_letter(self, component: str, tup: Tuple, exc: BaseException) -> None:
         self.counters[f"{component}.dead_lettered"] += 1
+        self._dead_by_type[(component, type(exc).__name__)] += 1
         where = tup.message_id if isinstance(tup.message_id, tuple) else (None, None, None)
         topic, part, offset = (list(where) + [None, None, None])[:3]
         values = [component, tup.source_stream, type(exc).__name__,
@@ -721,7 +725,22 @@ class StageExecutor:
                 cleanup()
         if self._acking is not None:
             self._out.extend(self._acker_rows())
+        self._warn_dead_letter_storms()
         yield from self._drain()
+
+    def _warn_dead_letter_storms(self) -> None:
+        """A WARNING per bolt that sent most of this batch's tuples to dead letters with one
+        exception type: a programming error (a literal port's ``AttributeError``), not bad
+        data, would otherwise only show as a growing dead-letter topic."""
+        for (component, error), count in sorted(self._dead_by_type.items()):
+            executed = self.counters.get(f"{component}.executed", 0)
+            if count >= STORM_MIN and count * 2 > executed:
+                _log.warning(
+                    "bolt %r sent %d of the %d tuples it executed in batch %s to dead letters "
+                    "with %s: a programming error rather than bad input? "
+                    "kstorm.bolt.error.policy = 'fail' makes such errors stop the topology",
+                    component, count, executed, self.batch_id, error)
+        self._dead_by_type.clear()
 
     def pending_rows(self) -> Iterator[Outgoing | Packed]:
         """What is waiting to leave (dead letters...) without finishing any bolt."""
