@@ -38,6 +38,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import logging
 import pickle
 from collections.abc import Hashable, Iterable, Sequence
 from typing import Any, Protocol
@@ -47,6 +48,8 @@ from kstorm.windowing._store import PersistentTuples, PersistentWindow
 from kstorm.windowing.config import WindowConfig
 from kstorm.windowing.durations import Count
 from kstorm.windowing.manager import WindowManager, default_source
+
+log = logging.getLogger("kstorm.windowing")
 from kstorm.windowing.watermark import WatermarkTracker
 from kstorm.windowing.window import TupleWindow
 
@@ -194,15 +197,21 @@ class WindowedTask:
         stamped = self._stamp(tuples, now_ms, out)
         manager, tracker, store = self.manager, self.tracker, self.store
         late = self._late_by_stream(stamped) if tracker is not None else None
+        joined: dict[str, int] = {}  # a stream's first tuples below fired windows: count
         for i, (tuple_, ts) in enumerate(stamped):
             if tracker is not None:
-                tracker.track(stream_of(tuple_), ts, now_ms)
+                stream = stream_of(tuple_)
+                if tracker.latest(stream) is None and tracker.watermark is not None:
+                    joined.setdefault(stream, 0)
+                tracker.track(stream, ts, now_ms)
             if late is not None and late[i]:
                 manager.count_late()
                 out.late(tuple_)
                 continue
             ref: Any = tuple_ if store is None else store.new_ref()
             if not manager.add(ref, ts):
+                if tracker is not None and stream in joined:
+                    joined[stream] += 1
                 out.late(tuple_)
                 continue
             if store is not None:
@@ -210,6 +219,15 @@ class WindowedTask:
             if tracker is None and self._count_trigger:
                 for window in manager.on_processing_time(now_ms):
                     self._fire(window, out)
+        for stream, count in joined.items():
+            if count:
+                log.warning(
+                    "windowed bolt %r: input stream %s delivered its first tuples after "
+                    "windows had fired; %d of them were below the watermark and are late. "
+                    "A stream joins the watermark when it first delivers (Storm tracks each "
+                    "input stream the same way): a larger with_lag, or producing to every "
+                    "partition from the start, keeps them in their windows",
+                    self.component, stream, count)
         self.tick(now_ms, out)
 
     def settle(self, batch: Iterable[Tuple]) -> list[Tuple]:
