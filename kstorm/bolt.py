@@ -8,7 +8,7 @@ from typing import Any
 from kstorm.component import Component, TopologyContext
 from kstorm.errors import EmitError, FailedException
 from kstorm.state import KeyValueState
-from kstorm.tuple import DEFAULT_STREAM, Fields, Tuple
+from kstorm.tuple import DEFAULT_STREAM, Tuple
 
 Anchors = Tuple | Sequence[Tuple] | None
 EmitFn = Callable[[str, list[Any], Sequence[Tuple]], None]
@@ -51,6 +51,7 @@ def emit_form(first: Any, second: Any, third: Any, stream: str,
     """``(stream, values, anchors)`` of an ``emit`` call in Storm's form or kstorm's.
 
     Example:
+        >>> from kstorm.tuple import Fields
         >>> t = Tuple(["a"], Fields("w"), "split", "default")
         >>> emit_form(["x"], t, _NO, "default")[1:] == (["x"], t)      # kstorm's
         True
@@ -78,8 +79,10 @@ def emit_form(first: Any, second: Any, third: Any, stream: str,
 
 def basic_emit_form(first: Any, second: Any, stream: str, collector: str
                     ) -> tuple[str, Any]:
-    """``(stream, values)`` of an unanchored collector's ``emit(values)`` or Storm's
-    ``emit(stream, values)``; an :class:`~kstorm.errors.EmitError` otherwise."""
+    """``(stream, values)`` of an unanchored collector's ``emit(values)``.
+
+    Or of Storm's ``emit(stream, values)``; an :class:`~kstorm.errors.EmitError` otherwise.
+    """
     if second is _NO and _is_values(first):
         return stream, first
     if isinstance(first, str) and _is_values(second):

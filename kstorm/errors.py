@@ -17,6 +17,13 @@ Hierarchy::
     ├── EmbeddedServiceError                 an embedded broker / redis-server failed to start
     ├── JavaError                            no Java that Spark can run on (missing, or not
     │                                        17/21); names what was found and Spark's log
+    ├── StateError                           a bolt's state cannot be kept (a provider that
+    │   │                                    cannot reach its store, a state lost with its
+    │   │                                    checkpoint, a parallelism change)
+    │   └── StateServerError                 Spark's state server refused a state request
+    ├── UnsupportedOperationError            a window does not support the call (Storm's
+    │                                        UnsupportedOperationException)
+    ├── StaleWindowError (+ RuntimeError)    a window read after later windows were evaluated
     ├── SourceError                          a spout could not read its source (Kafka
     │                                        topics; next_tuple failing again and again)
     ├── SinkError                            a sink could not commit a batch
@@ -92,6 +99,21 @@ class StateError(KstormError):
     """State a topology holds cannot be kept (e.g. it lived only in a lost checkpoint)."""
 
 
+class StateServerError(StateError):
+    """Spark's transformWithState state server refused a state request."""
+
+
+class UnsupportedOperationError(KstormError):
+    """The window does not support this call (Storm's ``UnsupportedOperationException``).
+
+    Persistent windows (``with_persistence()``) do not track new and expired tuples.
+    """
+
+
+class StaleWindowError(KstormError, RuntimeError):
+    """A window was read after its manager evaluated later windows (Storm: "Stale window")."""
+
+
 class SourceError(KstormError):
     """A spout could not read from its source."""
 
@@ -129,5 +151,9 @@ __all__ = [
     "SerdeError",
     "SinkError",
     "SourceError",
+    "StaleWindowError",
+    "StateError",
+    "StateServerError",
     "TopologyError",
+    "UnsupportedOperationError",
 ]

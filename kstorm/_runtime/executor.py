@@ -729,9 +729,11 @@ class StageExecutor:
         yield from self._drain()
 
     def _warn_dead_letter_storms(self) -> None:
-        """A WARNING per bolt that sent most of this batch's tuples to dead letters with one
-        exception type: a programming error (a literal port's ``AttributeError``), not bad
-        data, would otherwise only show as a growing dead-letter topic."""
+        """A WARNING per bolt that sent most of this batch's tuples to dead letters.
+
+        With one exception type: a programming error (a literal port's ``AttributeError``),
+        not bad data, would otherwise only show as a growing dead-letter topic.
+        """
         for (component, error), count in sorted(self._dead_by_type.items()):
             executed = self.counters.get(f"{component}.executed", 0)
             if count >= STORM_MIN and count * 2 > executed:
@@ -832,8 +834,10 @@ def bolt_failed(component: str, exc: BaseException) -> BoltError:
 
 
 def batch_bolt_failed(component: str, exc: BaseException) -> BoltError:
-    """A batch bolt's ``execute`` raised: its transaction fails and is replayed (Storm's
-    *Transactional topologies*), whatever ``kstorm.bolt.error.policy`` says."""
+    """A batch bolt's ``execute`` raised: its transaction fails and is replayed.
+
+    As Storm's *Transactional topologies* says, whatever ``kstorm.bolt.error.policy`` says.
+    """
     return BoltError(f"batch bolt {component!r} raised {type(exc).__name__}: {exc} (a batch "
                      "bolt's error fails its transaction, which is replayed with the same txid)")
 

@@ -277,9 +277,12 @@ class SpoutExecutor:
         self._opened = True
 
     def _fill(self, room: int | None = None) -> list[LoggedTuple]:
-        """``next_tuple`` until the batch is full; the batch starts with what the spout
-        emitted since the last one from ``open``, ``activate``, ``ack`` or ``fail`` (in
-        Storm they share ``next_tuple``'s thread and may emit: a replay from ``fail``)."""
+        """``next_tuple`` until the batch is full.
+
+        The batch starts with what the spout emitted since the last one from ``open``,
+        ``activate``, ``ack`` or ``fail`` (in Storm they share ``next_tuple``'s thread and
+        may emit: a replay from ``fail``).
+        """
         try:
             return self._fill_from_next_tuple(room)
         except BaseException:

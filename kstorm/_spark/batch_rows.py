@@ -53,7 +53,7 @@ class BatchFunction:
 
 
 def _private_members() -> dict[str, Any] | None:
-    """pyspark's private members the fast route needs, or None where one is missing."""
+    """The private members of pyspark the fast route needs, or None where one is missing."""
     try:
         from py4j.java_gateway import java_import
         from pyspark.errors.exceptions.captured import unwrap_spark_exception
@@ -121,8 +121,8 @@ class ArrowRows:
         try:
             return self._collect(frame, self._members)
         except Exception as exc:
-            from pyspark.errors import PySparkException
             from py4j.protocol import Py4JJavaError
+            from pyspark.errors import PySparkException
 
             if isinstance(exc, PySparkException | Py4JJavaError):
                 raise  # the batch's own failure: the public route would fail it too

@@ -122,8 +122,10 @@ def socket_dir() -> tuple[Path | None, str]:
 
 
 def fits(directory: Path) -> bool:
-    """Whether Spark takes ``directory`` for its sockets (at most :data:`SOCKET_DIR_MAX`
-    characters) and its socket files there fit in a Unix socket's path.
+    """Whether Spark takes ``directory`` for its sockets and their paths fit.
+
+    At most :data:`SOCKET_DIR_MAX` characters, and Spark's socket files there fit in a Unix
+    socket's path.
 
     Example:
         >>> fits(Path("/tmp/kstorm-jvm-0/123-abcdefgh")), fits(Path("/" + "d" * 70))

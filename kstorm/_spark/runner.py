@@ -34,8 +34,7 @@ from kstorm._runtime.plan import acking_plan, check_window_timeouts, compile_pla
 from kstorm._runtime.progress import Progress
 from kstorm._runtime.reliability import SpoutReliability, lowest_unacked
 from kstorm._runtime.state_book import StateBook
-from kstorm._spark import overlap
-from kstorm._spark import speedups
+from kstorm._spark import overlap, speedups
 from kstorm._spark.batch_rows import foreach_batch
 from kstorm._spark.commit import UNACKED_STATE, CommitPhase, window_state_key
 from kstorm._spark.compiler import compile_query

@@ -118,8 +118,11 @@ def private_pyspark_ok() -> bool:
 
 
 def enabled(name: str, *, private_pyspark: bool = False) -> bool:
-    """Whether speed-up ``name`` may be tried here (not switched off; for one that uses
-    pyspark's private members, ``private_pyspark``, a tested pyspark release)."""
+    """Whether speed-up ``name`` may be tried here.
+
+    Not switched off, and for one that uses pyspark's private members
+    (``private_pyspark``), a tested pyspark release.
+    """
     if name not in NAMES:
         msg = f"unknown speed-up {name!r}"
         raise ValueError(msg)

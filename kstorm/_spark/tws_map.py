@@ -25,6 +25,8 @@ import uuid
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from kstorm.errors import StateServerError
+
 _TYPES = "pyspark.sql.types"
 PIPELINE = 64  # update requests in flight on the state server's socket
 
@@ -65,10 +67,6 @@ def row_value(blob: bytes) -> Any:
     return bytes(value) if type(value) is bytearray else value
 
 
-class StateServerError(RuntimeError):
-    """The TWS state server refused a map-state request."""
-
-
 class BinaryMap:
     """get / update / remove / iterate a ``MapState`` whose key and value are one binary field.
 
@@ -79,8 +77,11 @@ class BinaryMap:
     """
 
     def __init__(self, map_state: Any, *, fast: bool | None = None) -> None:
-        """``fast``: None takes the direct route where ``speedups.py`` (``state-map``) and
-        the client's members allow it; False is the public ``MapState`` methods."""
+        """The map state ``map_state``, spoken to directly or through its methods.
+
+        ``fast``: None takes the direct route where ``speedups.py`` (``state-map``) and the
+        client's members allow it; False is the public ``MapState`` methods.
+        """
         from kstorm._spark import speedups
 
         self._ms = map_state

@@ -48,10 +48,10 @@ from kstorm.windowing._store import PersistentTuples, PersistentWindow
 from kstorm.windowing.config import WindowConfig
 from kstorm.windowing.durations import Count
 from kstorm.windowing.manager import WindowManager, default_source
-
-log = logging.getLogger("kstorm.windowing")
 from kstorm.windowing.watermark import WatermarkTracker
 from kstorm.windowing.window import TupleWindow
+
+log = logging.getLogger("kstorm.windowing")
 
 _VERSION = 1
 

@@ -18,18 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from kstorm.errors import KstormError
-
-
-class UnsupportedOperationError(KstormError):
-    """The window does not support this call (Storm's ``UnsupportedOperationException``).
-
-    Persistent windows (``with_persistence()``) do not track new and expired tuples.
-    """
-
-
-class StaleWindowError(KstormError, RuntimeError):
-    """A window was read after its manager evaluated later windows (Storm: "Stale window")."""
+from kstorm.errors import StaleWindowError, UnsupportedOperationError
 
 
 class _Frozen:
