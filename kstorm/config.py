@@ -334,6 +334,39 @@ class TopologyConfig(BaseModel):
         settings._check_spark_conf_agrees()
         return settings
 
+    def storm_conf(self) -> dict[str, Any]:
+        """Storm's keys with this topology's values, defaults included.
+
+        Storm's conf shows every key (``topology.message.timeout.secs`` is 30 unless set).
+
+        Example:
+            >>> TopologyConfig.from_conf({}).storm_conf()["topology.message.timeout.secs"]
+            30
+        """
+        provider_config = self.state_provider_config
+        return {
+            "topology.acker.executors": self.acker_executors,
+            "topology.debug": self.debug,
+            "topology.guarantee": self.guarantee.value,
+            "topology.max.spout.pending": self.max_spout_pending,
+            "topology.message.timeout.secs": self.message_timeout_secs,
+            "topology.state.checkpoint.interval.ms": self.trigger_interval_ms,
+            "topology.state.provider": self.state_provider,
+            "topology.state.provider.config": (dict(provider_config)
+                                               if isinstance(provider_config, dict)
+                                               else provider_config),
+            "topology.workers": self.workers,
+        }
+
+    def component_conf(self, conf: Mapping[str, Any],
+                       component: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """The ``conf`` a component's ``prepare``/``open`` gets, as Storm builds it.
+
+        Storm's defaults (:meth:`storm_conf`), then the topology's ``conf``, then the
+        component's own configuration (``add_configuration``) over both.
+        """
+        return {**self.storm_conf(), **conf, **(component or {})}
+
     def workers_note(self) -> str | None:
         """What ``topology.workers`` > 1 means under a local master (logged at start), or None.
 
