@@ -42,6 +42,7 @@ from kstorm.runtime import submit_topology
 from kstorm.sink import BaseSink, CommitRecord, SinkBatch, SinkContext
 from kstorm.spout import BaseRichSpout, SpoutOutputCollector
 from kstorm.state import (
+    BaseState,
     InMemoryKeyValueState,
     InMemoryKeyValueStateProvider,
     KeyValueState,
@@ -73,6 +74,7 @@ __all__ = [
     "BaseRichBolt",
     "BaseRichSpout",
     "BaseSink",
+    "BaseState",
     "BaseStatefulBolt",
     "BaseStatefulWindowedBolt",
     "BaseWindowedBolt",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from kstorm._ids import is_reserved
 from kstorm.errors import TopologyError
@@ -58,9 +58,22 @@ class OutputFieldsDeclarer:
         self.streams[stream_id] = fields
 
 
+class GlobalStreamId(NamedTuple):
+    """A stream of a component (Storm's ``GlobalStreamId``)."""
+
+    component_id: str
+    stream_id: str
+
+
 @dataclass(frozen=True)
 class TopologyContext:
-    """Where a running component instance is: its id, task, and the current batch (txid)."""
+    """Where a running component instance is: its id, task, and the current batch (txid).
+
+    With the topology it runs in (``topology``, set by the runtime), it also answers Storm's
+    questions about the graph: :meth:`get_this_sources`, :meth:`get_this_targets`,
+    :meth:`get_component_output_fields`, :meth:`get_component_tasks`,
+    :meth:`get_this_task_id`.
+    """
 
     topology_name: str
     component_id: str
@@ -68,6 +81,7 @@ class TopologyContext:
     num_tasks: int = 1
     batch_id: int = -1
     output_streams: dict[str, Fields] = field(default_factory=dict)
+    topology: Any = field(default=None, compare=False, repr=False)  # a StormTopology
 
     def get_this_component_id(self) -> str:
         """The id of the component this task runs."""
@@ -77,9 +91,77 @@ class TopologyContext:
         """Index of this task among the component's tasks (0-based)."""
         return self.task_index
 
+    def get_this_task_id(self) -> int:
+        """The id of this task in the topology (Storm's ``getThisTaskId``).
+
+        Storm numbers a topology's tasks from 1 in component-id order; so does this (the
+        component's first task id plus :meth:`get_this_task_index`). Without the topology (a
+        context built by hand) it is the task index plus 1.
+        """
+        if self.topology is None:
+            return self.task_index + 1
+        return self.get_component_tasks(self.component_id)[self.task_index]
+
+    def get_component_tasks(self, component_id: str) -> list[int]:
+        """The task ids of ``component_id`` (see :meth:`get_this_task_id`)."""
+        components = self._topology().components
+        if component_id not in components:
+            msg = f"no component {component_id!r} (the topology has {sorted(components)})"
+            raise TopologyError(msg)
+        first = 1
+        for cid in sorted(components):
+            if cid == component_id:
+                return list(range(first, first + components[cid].parallelism))
+            first += components[cid].parallelism
+        raise AssertionError  # pragma: no cover - component_id is in components
+
     def get_this_output_fields(self, stream_id: str = DEFAULT_STREAM) -> Fields:
         """Declared fields of one of this component's output streams."""
         return self.output_streams[stream_id]
+
+    def get_this_streams(self) -> set[str]:
+        """The ids of the streams this component declares."""
+        return set(self.output_streams)
+
+    def get_component_output_fields(self, component_id: str,
+                                    stream_id: str = DEFAULT_STREAM) -> Fields:
+        """The declared fields of ``component_id``'s stream ``stream_id``.
+
+        Raises:
+            TopologyError: no such component or stream (names what there is).
+        """
+        if component_id == self.component_id and stream_id in self.output_streams:
+            return self.output_streams[stream_id]
+        components = self._topology().components
+        spec = components.get(component_id)
+        if spec is None:
+            msg = f"no component {component_id!r} (the topology has {sorted(components)})"
+            raise TopologyError(msg)
+        if stream_id not in spec.streams:
+            msg = (f"component {component_id!r} declares no stream {stream_id!r} (it "
+                   f"declares {sorted(spec.streams)})")
+            raise TopologyError(msg)
+        return spec.streams[stream_id]
+
+    def get_this_sources(self) -> dict[GlobalStreamId, Any]:
+        """The streams this component subscribes to, each with its grouping (Storm's)."""
+        spec = self._topology().components[self.component_id]
+        return {GlobalStreamId(g.component, g.stream): g for g in spec.inputs}
+
+    def get_this_targets(self) -> dict[str, dict[str, Any]]:
+        """``{stream id: {subscribing component: grouping}}`` of this component's streams."""
+        targets: dict[str, dict[str, Any]] = {s: {} for s in self.output_streams}
+        for bolt, grouping in self._topology().consumers(self.component_id):
+            targets.setdefault(grouping.stream, {})[bolt] = grouping
+        return targets
+
+    def _topology(self) -> Any:
+        if self.topology is None:
+            msg = (f"component {self.component_id!r}: this TopologyContext was built without "
+                   "its topology, so it cannot describe the graph")
+            raise TopologyError(msg, hint="pass topology=... when building a TopologyContext "
+                                "by hand (the runtime sets it)")
+        return self.topology
 
 
 class Component:

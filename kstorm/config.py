@@ -31,6 +31,7 @@ from pydantic import (
     field_validator,
 )
 
+from kstorm._config_keys import check_keys
 from kstorm._kafka.connection import KafkaConnection
 from kstorm.errors import ConfigError
 
@@ -290,6 +291,23 @@ class TopologyConfig(BaseModel):
         return _custom_provider(self.state_provider)
 
     @classmethod
+    def accepted_keys(cls) -> frozenset[str]:
+        """Every configuration key the model accepts (its aliases; field names work too).
+
+        Example:
+            >>> "topology.max.spout.pending" in TopologyConfig.accepted_keys()
+            True
+        """
+        keys: set[str] = set()
+        for info in cls.model_fields.values():
+            if info.alias:
+                keys.add(info.alias)
+            if isinstance(info.validation_alias, AliasChoices):
+                keys.update(c for c in info.validation_alias.choices if isinstance(c, str)
+                            and "." in c)
+        return frozenset(keys)
+
+    @classmethod
     def from_conf(cls, conf: Mapping[str, Any] | None) -> TopologyConfig:
         """Validate a Storm-style config mapping; unknown keys are an error."""
         data = {k: v for k, v in dict(conf or {}).items() if not k.startswith("user.")}
@@ -299,6 +317,7 @@ class TopologyConfig(BaseModel):
                 msg = (f"invalid topology configuration: {sorted(given)} name the same "
                        f"setting and disagree: {given}")
                 raise ConfigError(msg)
+        check_keys(data, cls.accepted_keys() | set(cls.model_fields))
         try:
             settings = cls.model_validate(data)
         except ValidationError as exc:
@@ -314,6 +333,39 @@ class TopologyConfig(BaseModel):
         settings._check_max_spout_pending()
         settings._check_spark_conf_agrees()
         return settings
+
+    def storm_conf(self) -> dict[str, Any]:
+        """Storm's keys with this topology's values, defaults included.
+
+        Storm's conf shows every key (``topology.message.timeout.secs`` is 30 unless set).
+
+        Example:
+            >>> TopologyConfig.from_conf({}).storm_conf()["topology.message.timeout.secs"]
+            30
+        """
+        provider_config = self.state_provider_config
+        return {
+            "topology.acker.executors": self.acker_executors,
+            "topology.debug": self.debug,
+            "topology.guarantee": self.guarantee.value,
+            "topology.max.spout.pending": self.max_spout_pending,
+            "topology.message.timeout.secs": self.message_timeout_secs,
+            "topology.state.checkpoint.interval.ms": self.trigger_interval_ms,
+            "topology.state.provider": self.state_provider,
+            "topology.state.provider.config": (dict(provider_config)
+                                               if isinstance(provider_config, dict)
+                                               else provider_config),
+            "topology.workers": self.workers,
+        }
+
+    def component_conf(self, conf: Mapping[str, Any],
+                       component: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """The ``conf`` a component's ``prepare``/``open`` gets, as Storm builds it.
+
+        Storm's defaults (:meth:`storm_conf`), then the topology's ``conf``, then the
+        component's own configuration (``add_configuration``) over both.
+        """
+        return {**self.storm_conf(), **conf, **(component or {})}
 
     def workers_note(self) -> str | None:
         """What ``topology.workers`` > 1 means under a local master (logged at start), or None.
@@ -436,10 +488,80 @@ def _shown(loc: tuple[Any, ...], value: Any) -> str:
 
 
 class Config(dict):
-    """A Storm-style configuration dict with setters for the common keys.
+    """A Storm-style configuration dict: Storm's key constants and setters.
 
-    Keys under ``user.`` are free for the topology's own settings.
+    One constant per key :class:`TopologyConfig` accepts, named as Storm names it
+    (``Config.TOPOLOGY_MAX_SPOUT_PENDING``); kstorm's own keys are ``KSTORM_*`` and
+    ``KAFKA_*``. Keys under ``user.`` are free for the topology's own settings. A Storm key
+    kstorm does not use is refused at submit with what to use instead.
+
+    Example:
+        >>> conf = Config()
+        >>> conf.put(Config.TOPOLOGY_MAX_SPOUT_PENDING, 5000)
+        >>> conf.set_num_workers(2)
+        >>> conf
+        {'topology.max.spout.pending': 5000, 'topology.workers': 2}
     """
+
+    # Storm's keys (org.apache.storm.Config) kstorm accepts, and kstorm's topology.guarantee
+    TOPOLOGY_ACKER_EXECUTORS = "topology.acker.executors"
+    # the seeds' (and Storm before 0.8's) name for the same setting; the raw key
+    # "topology.ackers" is refused with a hint, the constant ports as written
+    TOPOLOGY_ACKERS = "topology.acker.executors"
+    TOPOLOGY_DEBUG = "topology.debug"
+    TOPOLOGY_GUARANTEE = "topology.guarantee"
+    TOPOLOGY_MAX_SPOUT_PENDING = "topology.max.spout.pending"
+    TOPOLOGY_MESSAGE_TIMEOUT_SECS = "topology.message.timeout.secs"
+    TOPOLOGY_STATE_CHECKPOINT_INTERVAL = "topology.state.checkpoint.interval.ms"
+    TOPOLOGY_STATE_PROVIDER = "topology.state.provider"
+    TOPOLOGY_STATE_PROVIDER_CONFIG = "topology.state.provider.config"
+    TOPOLOGY_WORKERS = "topology.workers"
+    # Kafka: the topology's connection
+    KAFKA_BOOTSTRAP_SERVERS = "kafka.bootstrap.servers"
+    KAFKA_CLIENT_CONFIG = "kafka.client.config"
+    KAFKA_SASL_MECHANISM = "kafka.sasl.mechanism"
+    KAFKA_SASL_PASSWORD = "kafka.sasl.password"
+    KAFKA_SASL_USERNAME = "kafka.sasl.username"
+    KAFKA_SECURITY_PROTOCOL = "kafka.security.protocol"
+    KAFKA_SSL_CA_LOCATION = "kafka.ssl.ca.location"
+    KAFKA_SSL_CERTIFICATE_LOCATION = "kafka.ssl.certificate.location"
+    KAFKA_SSL_KEY_LOCATION = "kafka.ssl.key.location"
+    KAFKA_SSL_KEY_PASSWORD = "kafka.ssl.key.password"
+    # kstorm's own keys
+    KSTORM_BAD_INPUT_POLICY = "kstorm.bad.input.policy"
+    KSTORM_BOLT_ERROR_POLICY = "kstorm.bolt.error.policy"
+    KSTORM_CAPTURE_EMITTED = "kstorm.capture.emitted"
+    KSTORM_CHECKPOINT_DIR = "kstorm.checkpoint.dir"
+    KSTORM_CHECKPOINT_ROOT = "kstorm.checkpoint.root"
+    KSTORM_COMMIT_OVERLAP = "kstorm.commit.overlap"
+    KSTORM_DEAD_LETTER_MAX_BYTES = "kstorm.dead.letter.max.bytes"
+    KSTORM_DEAD_LETTER_TOPIC = "kstorm.dead.letter.topic"
+    KSTORM_METRICS_PORT = "kstorm.metrics.port"
+    KSTORM_SHUFFLE_PARTITIONS = "kstorm.shuffle.partitions"
+    KSTORM_SPARK_CLASS_CACHE = "kstorm.spark.class.cache"
+    KSTORM_SPARK_CONF = "kstorm.spark.conf"
+    KSTORM_SPARK_MASTER = "kstorm.spark.master"
+    KSTORM_SPARK_PYTHON_ZYGOTE = "kstorm.spark.python.zygote"
+    KSTORM_SPARK_RELEASE_PLANNERS = "kstorm.spark.release.planners"
+    KSTORM_SPOUT_IDLE_CALLS = "kstorm.spout.idle.calls"
+    KSTORM_SPOUT_MAX_BATCH_MS = "kstorm.spout.max.batch.ms"
+    KSTORM_SPOUT_MAX_BATCH_TUPLES = "kstorm.spout.max.batch.tuples"
+    KSTORM_SPOUT_MAX_FAILURES = "kstorm.spout.max.failures"
+    KSTORM_STATE_INIT_EMPTY = "kstorm.state.init.empty"
+    KSTORM_TOPICS_MUST_EXIST = "kstorm.topics.must.exist"
+    KSTORM_TRANSACTION_BACKOFF_MS = "kstorm.transaction.backoff.ms"
+    KSTORM_TRANSACTION_FAILURE_POLICY = "kstorm.transaction.failure.policy"
+    KSTORM_TRANSACTION_MAX_ATTEMPTS = "kstorm.transaction.max.attempts"
+    KSTORM_TRIGGER = "kstorm.trigger"
+    KSTORM_TRIGGER_INTERVAL_MS = "kstorm.trigger.interval.ms"
+
+    def put(self, key: str, value: Any) -> None:
+        """Set ``key`` (Storm's ``conf.put(Config.TOPOLOGY_DEBUG, true)``)."""
+        self[key] = value
+
+    def put_all(self, conf: Mapping[str, Any]) -> None:
+        """Set every key of ``conf`` (Storm's ``putAll``)."""
+        self.update(conf)
 
     def set_debug(self, debug: bool) -> None:
         """``topology.debug``: log every emitted tuple (logger ``kstorm.debug``)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from typing import Any, Protocol, runtime_checkable
 
@@ -122,14 +123,17 @@ class State(Protocol):
     committed (killed between the state's commit and Spark's commit log).
     """
 
+    @abstractmethod
     def prepare_commit(self, txid: int) -> None:
         """Save the changes made since the last prepare aside under ``txid``."""
         ...
 
+    @abstractmethod
     def commit(self, txid: int) -> None:
         """Make the changes prepared for ``txid`` the committed state (idempotent)."""
         ...
 
+    @abstractmethod
     def rollback(self) -> None:
         """Discard the prepared changes."""
         ...
@@ -147,8 +151,91 @@ class State(Protocol):
         ...
 
 
-STATE_METHODS = ("put", "get", "delete", "__iter__", "prepare_commit", "commit", "rollback",
-                 "committed_txid", "prepared_txid", "rollback_commit")
+# what every state must have: KeyValueState's methods and seed 000's State's three
+STATE_METHODS = ("put", "get", "delete", "__iter__", "prepare_commit", "commit", "rollback")
+# what a state that knows its txids adds, for kstorm's recovery (BaseState's defaults)
+RECOVERY_METHODS = ("committed_txid", "prepared_txid", "rollback_commit")
+
+
+def tracks_txids(state: Any) -> bool:
+    """Whether ``state`` reports its txids (:data:`RECOVERY_METHODS`, ``tracks_txids``).
+
+    A state with only Storm's ``State`` methods (a :class:`BaseState` subclass that does not
+    override them, or one without them) does not: recovery trusts the topology's checkpoint.
+    """
+    return bool(getattr(state, "tracks_txids", True)) and all(
+        callable(getattr(state, m, None)) for m in RECOVERY_METHODS)
+
+
+class BaseState(ABC):
+    """Base of a custom state that implements only what Storm's ``State`` needs.
+
+    Implement ``prepare_commit(txid)``, ``commit(txid)`` and ``rollback()`` (seed 000) and
+    :class:`KeyValueState`'s ``put``/``get``/``delete``/``__iter__``; the rest has defaults.
+    ``commit(txid)`` must commit only what was prepared under ``txid`` and be idempotent,
+    as Storm's checkpoint spout may send it again after a restart.
+
+    Such a state does not report its txids (``tracks_txids = False``), so at start kstorm
+    recovers it as Storm does, from the topology's checkpoint: ``commit(last)`` for the last
+    batch the topology committed (completing a commit a crash cut off), then ``rollback()``
+    (discarding what a later batch prepared). One gap remains, logged at start: a crash
+    after the state's ``commit(txid)`` and before Spark's commit log replays that batch into
+    the committed state. Override :meth:`committed_txid`, :meth:`prepared_txid` and
+    :meth:`rollback_commit` (and set ``tracks_txids = True``) to close it, as kstorm's
+    Redis and memory states do.
+
+    Example:
+        >>> class DictState(BaseState):
+        ...     def __init__(self):
+        ...         self.data, self.pending, self.prepared = {}, {}, None
+        ...     def put(self, key, value): self.pending[key] = value
+        ...     def get(self, key, default=None): return self.pending.get(key, self.data.get(
+        ...         key, default))
+        ...     def delete(self, key): return self.pending.pop(key, self.data.pop(key, None))
+        ...     def __iter__(self): return iter({**self.data, **self.pending}.items())
+        ...     def prepare_commit(self, txid): self.prepared, self.pending = (txid,
+        ...         self.pending), {}
+        ...     def commit(self, txid):
+        ...         if self.prepared and self.prepared[0] == txid:
+        ...             self.data.update(self.prepared[1])
+        ...             self.prepared = None
+        ...     def rollback(self): self.pending, self.prepared = {}, None
+        >>> tracks_txids(DictState())
+        False
+    """
+
+    tracks_txids: bool = False
+
+    @abstractmethod
+    def prepare_commit(self, txid: int) -> None:
+        """Save the changes made since the last prepare aside under ``txid`` (implement)."""
+
+    @abstractmethod
+    def commit(self, txid: int) -> None:
+        """Make the changes prepared for ``txid`` the committed state (implement)."""
+
+    @abstractmethod
+    def rollback(self) -> None:
+        """Discard the prepared changes (implement)."""
+
+    def committed_txid(self) -> int | None:
+        """The last txid committed; the default: not known (None)."""
+        return None
+
+    def prepared_txid(self) -> int | None:
+        """The txid prepared and not committed; the default: not known (None)."""
+        return None
+
+    def rollback_commit(self, txid: int) -> None:
+        """Take back the commit of ``txid``; the default cannot (a state without txids).
+
+        Raises:
+            NotImplementedError: always; kstorm never calls it on a state that does not
+                track its txids.
+        """
+        msg = (f"{type(self).__name__} does not track its txids, so it cannot take back the "
+               f"commit of txid {txid}")
+        raise NotImplementedError(msg)
 
 
 class StateProvider(Protocol):

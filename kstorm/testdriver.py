@@ -496,11 +496,13 @@ class TopologyTestDriver:
         settings = self.settings
         bounds = BatchBounds(settings.spout_max_batch_tuples, settings.spout_max_batch_ms,
                              settings.spout_idle_calls, settings.spout_max_failures)
-        context = TopologyContext(self.name, spout, 0, 1, -1, dict(spec.streams))
+        context = TopologyContext(self.name, spout, 0, 1, -1, dict(spec.streams),
+                                  self.topology)
         notices = (NoticeBook(f"{self._scratch}/notices/{spout}") if spout in self._emits
                    else None)
         found = self._runners[spout] = SpoutExecutor(
-            copy.deepcopy(spec.component), spout, {**self.conf, **spec.conf}, context,
+            copy.deepcopy(spec.component), spout, settings.component_conf(self.conf, spec.conf),
+            context,
             SpoutLog(f"{self._scratch}/spouts/{spout}", spout), bounds,
             ack_on_emit=settings.acks_on_emit, notices=notices, sleep=lambda _s: None,
             wall_ms=lambda: self.now_ms,

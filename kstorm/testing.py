@@ -6,6 +6,8 @@
 - :func:`run_to_completion`: run a topology over everything its spouts have, return what
   every component emitted on every stream and what each capture received.
 - :class:`ManualClock`: a controllable clock for windowing and timeout logic.
+- :class:`TestWordSpout` and :class:`FeederSpout`: Storm's test spouts (random words; tuples
+  the test feeds in).
 - :func:`sink_context`: what ``BaseSink.open`` gets, to test a sink on its own.
 - :class:`TopologyTestDriver`: run a topology in this process, without Spark or a broker:
   pipe tuples in, read what every component emitted (``kstorm/testdriver.py``).
@@ -32,6 +34,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from kstorm._test_spouts import FeederSpout, TestWordSpout  # noqa: F401 - re-exported
 from kstorm.acking.retry import RetryPolicy
 from kstorm.component import OutputFieldsDeclarer
 from kstorm.config import TopologyConfig

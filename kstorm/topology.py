@@ -87,6 +87,21 @@ class _Declarer:
         self._builder._conf[self.id].update(conf)
         return self
 
+    def set_max_task_parallelism(self, n: int) -> _Declarer:
+        """Cap the component's parallelism at ``n`` tasks (Storm's ``setMaxTaskParallelism``).
+
+        The component runs ``min(declared parallelism, n)`` tasks, as Storm caps its
+        executors; a cap above the declared parallelism changes nothing.
+
+        Raises:
+            TopologyError: ``n`` is not an int >= 1.
+        """
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            msg = f"{self.id!r}: set_max_task_parallelism needs an int >= 1, got {n!r}"
+            raise TopologyError(msg)
+        self._builder._max_parallelism[self.id] = n
+        return self
+
 
 class SpoutDeclarer(_Declarer):
     """Returned by :meth:`TopologyBuilder.set_spout`."""
@@ -142,6 +157,7 @@ class TopologyBuilder:
         self._components: dict[str, tuple[Component, int, bool]] = {}
         self._inputs: dict[str, list[Grouping]] = {}
         self._conf: dict[str, dict[str, Any]] = {}
+        self._max_parallelism: dict[str, int] = {}  # set_max_task_parallelism caps
         self._committers: set[str] = set()
         self._transactional_id: str | None = None
 
@@ -210,7 +226,7 @@ class TopologyBuilder:
             cid: ComponentSpec(
                 id=cid,
                 component=copy.deepcopy(comp),
-                parallelism=par,
+                parallelism=min(par, self._max_parallelism.get(cid, par)),
                 is_spout=is_spout,
                 inputs=tuple(self._inputs[cid]),
                 streams=MappingProxyType(streams[cid]),

@@ -161,37 +161,73 @@ class Tuple:
         """Whether the tuple has field ``name``."""
         return name in self.fields
 
-    def get_string(self, i: int) -> str:
-        """Value at ``i`` as ``str`` (``TypeError`` if it is not one)."""
+    def get_values(self) -> list[Any]:
+        """The tuple's values, in field order (Storm ``getValues``)."""
+        return self.values
+
+    # Typed getters (Storm ``ITuple``): the value at ``i`` if it has the type, None for a
+    # null value (as Storm's casts return null), else a TypeError naming field and source.
+
+    def get_string(self, i: int) -> str | None:
+        """Value at ``i`` as ``str``; None for a null value."""
         return _typed(self, i, str)
 
-    def get_integer(self, i: int) -> int:
-        """Value at ``i`` as ``int`` (``TypeError`` if it is not one)."""
+    def get_integer(self, i: int) -> int | None:
+        """Value at ``i`` as ``int``; None for a null value."""
         return _typed(self, i, int)
 
-    def get_long(self, i: int) -> int:
+    def get_long(self, i: int) -> int | None:
         """Alias of :meth:`get_integer` (Python ints are unbounded)."""
         return _typed(self, i, int)
 
-    def get_double(self, i: int) -> float:
-        """Value at ``i`` as ``float``."""
-        return float(_typed(self, i, (int, float)))
+    def get_short(self, i: int) -> int | None:
+        """Alias of :meth:`get_integer`."""
+        return _typed(self, i, int)
 
-    def get_boolean(self, i: int) -> bool:
-        """Value at ``i`` as ``bool``."""
+    def get_byte(self, i: int) -> int | None:
+        """Alias of :meth:`get_integer`."""
+        return _typed(self, i, int)
+
+    def get_double(self, i: int) -> float | None:
+        """Value at ``i`` as ``float`` (an int is converted); None for a null value."""
+        value = _typed(self, i, (int, float))
+        return None if value is None else float(value)
+
+    def get_float(self, i: int) -> float | None:
+        """Alias of :meth:`get_double`."""
+        return self.get_double(i)
+
+    def get_boolean(self, i: int) -> bool | None:
+        """Value at ``i`` as ``bool``; None for a null value."""
         return _typed(self, i, bool)
 
-    def get_binary(self, i: int) -> bytes:
-        """Value at ``i`` as ``bytes``."""
+    def get_binary(self, i: int) -> bytes | None:
+        """Value at ``i`` as ``bytes``; None for a null value."""
         return _typed(self, i, (bytes, bytearray))
 
-    def get_string_by_field(self, name: str) -> str:
-        """Field ``name`` as ``str``."""
+    def get_string_by_field(self, name: str) -> str | None:
+        """Field ``name`` as ``str``; None for a null value."""
         return self.get_string(self.fields.index(name))
 
-    def get_integer_by_field(self, name: str) -> int:
-        """Field ``name`` as ``int``."""
+    def get_integer_by_field(self, name: str) -> int | None:
+        """Field ``name`` as ``int``; None for a null value."""
         return self.get_integer(self.fields.index(name))
+
+    def get_long_by_field(self, name: str) -> int | None:
+        """Field ``name`` as ``int``; None for a null value."""
+        return self.get_long(self.fields.index(name))
+
+    def get_double_by_field(self, name: str) -> float | None:
+        """Field ``name`` as ``float``; None for a null value."""
+        return self.get_double(self.fields.index(name))
+
+    def get_boolean_by_field(self, name: str) -> bool | None:
+        """Field ``name`` as ``bool``; None for a null value."""
+        return self.get_boolean(self.fields.index(name))
+
+    def get_binary_by_field(self, name: str) -> bytes | None:
+        """Field ``name`` as ``bytes``; None for a null value."""
+        return self.get_binary(self.fields.index(name))
 
     def select(self, fields: Fields) -> list[Any]:
         """Values of ``fields``, in that order."""
@@ -212,6 +248,8 @@ class Tuple:
 
 def _typed(t: Tuple, i: int, kind: type | tuple[type, ...]) -> Any:
     value = t.values[i]
+    if value is None:
+        return None
     if kind is int and isinstance(value, bool) or not isinstance(value, kind):
         name = t.fields[i] if i < len(t.fields) else i
         msg = (

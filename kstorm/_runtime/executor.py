@@ -496,11 +496,11 @@ class StageExecutor:
                                                f"{component}.executed"))
         bolt = copy.deepcopy(spec.component)
         context = TopologyContext(self.topology_name, component, task, spec.parallelism,
-                                  self.batch_id, dict(spec.streams))
+                                  self.batch_id, dict(spec.streams), self.topology)
         windowed = bool(getattr(bolt, "is_windowed_bolt", False))
         collector_type = _windowed_collector() if windowed else OutputCollector
         collector = collector_type(*self._collector_fns(component, task))
-        conf = {**self.conf, **spec.conf}
+        conf = self.settings.component_conf(self.conf, spec.conf)  # Storm's defaults first
         basic = None
         if is_batch_bolt(bolt):
             bolt.prepare(conf, context, BatchOutputCollector(collector._emit), self.attempt)

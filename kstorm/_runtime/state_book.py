@@ -27,6 +27,12 @@ when the topology resumes from a sink) — seed 000's recovery rule with kstorm'
   has committed batches, is a :class:`StateError` naming the component, never a reset.
 
 A failed batch attempt re-run in place (seed 002) first goes through :meth:`rollback`.
+
+A custom state with only Storm's ``State`` methods (:class:`kstorm.state.BaseState`: no
+``committed_txid``/``prepared_txid``/``rollback_commit``) is recovered as Storm's checkpoint
+spout recovers it: ``commit(last)`` (idempotent; completes a commit a crash cut off), then
+``rollback()``; it cannot be checked for being behind or ahead, and a crash between its
+commit and Spark's commit log replays that batch into it (logged at start).
 """
 
 from __future__ import annotations
@@ -40,7 +46,7 @@ from typing import Any
 from kstorm.component import TopologyContext
 from kstorm.errors import ConfigError, StateError
 from kstorm.redis_state import RedisKeyValueState, StateCommit
-from kstorm.state import STATE_METHODS, state_namespace
+from kstorm.state import RECOVERY_METHODS, STATE_METHODS, state_namespace, tracks_txids
 from kstorm.topology import StormTopology
 from kstorm.windowing._kvstore import internal_state, window_namespace
 from kstorm.windowing.bolt import BaseStatefulWindowedBolt
@@ -98,10 +104,16 @@ class StateBook:
             if missing:
                 msg = (f"state provider {provider_name!r}: the state of {t.component!r} "
                        f"({type(t.state).__name__}) lacks {missing}")
-                raise ConfigError(msg, hint="implement kstorm.KeyValueState and "
-                                  "kstorm.state.State (seed 000's prepare_commit/commit/"
-                                  "rollback, plus committed_txid, prepared_txid and "
-                                  "rollback_commit for kstorm's recovery)")
+                raise ConfigError(msg, hint="implement kstorm.KeyValueState and seed 000's "
+                                  "prepare_commit/commit/rollback (subclass "
+                                  "kstorm.state.BaseState for the rest)")
+            if not tracks_txids(t.state):
+                log.warning(
+                    "state provider %r: %s has only Storm's State methods, so kstorm recovers "
+                    "it from the checkpoint as Storm does (commit(last txid), then rollback()) "
+                    "and a crash after its commit, before Spark's commit log, applies that "
+                    "batch to it twice; implement %s to close that gap", provider_name,
+                    type(t.state).__name__, ", ".join(RECOVERY_METHODS))
 
     def _task(self, component: str, task: int, tasks: int, bolt: Any) -> _Task:
         namespace = state_namespace(self.name, component, task)
@@ -144,6 +156,10 @@ class StateBook:
     def rollback(self, txid: int) -> None:
         """Before a failed attempt of ``txid`` re-runs: no prepared or committed trace of it."""
         for t in self.tasks:
+            if not tracks_txids(t.state):  # Storm's State: rollback() discards what is prepared
+                _hook(t.bolt, "pre_rollback")
+                t.state.rollback()
+                continue
             prepared = t.state.prepared_txid()
             committed = t.state.committed_txid()
             if prepared is not None or committed == txid:
@@ -169,6 +185,9 @@ class StateBook:
         allowed = set(init_empty)
         problems: list[tuple[str, str]] = []
         for t in self.tasks:
+            if not tracks_txids(t.state):
+                self._recover_untracked(t, last)
+                continue
             prepared = t.state.prepared_txid()
             committed = t.state.committed_txid()
             if prepared is not None:
@@ -224,6 +243,19 @@ class StateBook:
                 "the checkpoint and the sinks' records; a stateful bolt new in this topology "
                 "may start empty with kstorm.state.init.empty = [component]"))
 
+    @staticmethod
+    def _recover_untracked(t: _Task, last: int | None) -> None:
+        """A state with Storm's methods only: as Storm's checkpoint spout recovers it.
+
+        The batch ``last`` committed its sinks, so its state commit is completed (a no-op
+        when done: ``commit`` is idempotent); whatever a later batch prepared is discarded.
+        """
+        if last is not None:
+            _hook(t.bolt, "pre_commit", last)
+            t.state.commit(last)
+        _hook(t.bolt, "pre_rollback")
+        t.state.rollback()
+
     def _check_parallelism(self) -> None:
         """State is per task: a changed parallelism would move keys away from their state."""
         for component in self.components:
@@ -232,12 +264,15 @@ class StateBook:
             context = TopologyContext(self.name, component, n, n + 1)
             extra = [self.provider.new_state(state_namespace(self.name, component, n),
                                              self.conf, context)]
-            mine = [t for t in self.tasks if t.component == component]
+            mine = [t for t in self.tasks if t.component == component
+                    and tracks_txids(t.state)]
+            if not mine:
+                continue  # states without txids cannot tell who wrote them
             if any(t.bolt is None for t in mine):
                 namespace = window_namespace(self.name, component, n)
                 extra.append(internal_state(self.provider, namespace, self.conf, context))
             known = [t.task for t in mine if t.state.committed_txid() is not None]
-            if (any(e.committed_txid() is not None for e in extra)
+            if (any(tracks_txids(e) and e.committed_txid() is not None for e in extra)
                     or (known and len(known) < len(mine))):
                 msg = (f"topology {self.name!r}: stateful bolt {component!r} now runs {n} "
                        f"task(s) but its state in the {self.provider_name} provider was "

@@ -18,7 +18,7 @@ Example:
 from kstorm.windowing.bolt import BaseStatefulWindowedBolt, BaseWindowedBolt
 from kstorm.windowing.builder import WindowedBoltConfigMixin
 from kstorm.windowing.config import LATE_TUPLE_FIELD, FieldTimestampExtractor, WindowConfig
-from kstorm.windowing.durations import Count, Duration
+from kstorm.windowing.durations import Count, Duration, TimeUnit
 from kstorm.windowing.manager import WindowManager
 from kstorm.windowing.watermark import WatermarkTracker
 from kstorm.windowing.window import StaleWindowError, TupleWindow, UnsupportedOperationError
@@ -31,6 +31,7 @@ __all__ = [
     "Duration",
     "FieldTimestampExtractor",
     "StaleWindowError",
+    "TimeUnit",
     "TupleWindow",
     "UnsupportedOperationError",
     "WatermarkTracker",

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Any, Self
 
 from kstorm.errors import ConfigError
-from kstorm.windowing.config import WindowConfig
+from kstorm.windowing.config import WindowConfig, as_timestamp_extractor
 from kstorm.windowing.durations import Count, Duration
 
 _SETTINGS = "_kstorm_window_settings"
@@ -90,11 +90,13 @@ class WindowedBoltConfigMixin:
         self._check_no_timestamp()
         return self._set(timestamp_field=_name(name, "timestamp field"))
 
-    def with_timestamp_extractor(self, extractor: Callable[[Any], int]) -> Self:
-        """Use event time computed by ``extractor(tuple) -> int`` ms (must be picklable)."""
-        if not callable(extractor):
-            msg = f"timestamp extractor must be callable, got {extractor!r}"
-            raise ConfigError(msg)
+    def with_timestamp_extractor(self, extractor: Callable[[Any], int] | Any) -> Self:
+        """Use event time computed by ``extractor`` (ms; must be picklable).
+
+        ``extractor`` is a callable ``(tuple) -> int`` or, as in Storm, an object with
+        ``extract_timestamp(tuple) -> int`` (a ``TimestampExtractor``).
+        """
+        extractor = as_timestamp_extractor(extractor)
         self._check_no_timestamp()
         return self._set(timestamp_extractor=extractor)
 

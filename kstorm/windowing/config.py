@@ -48,6 +48,44 @@ def field_value(item: Any, name: str) -> Any:
 
 
 @dataclass(frozen=True, slots=True)
+class ObjectTimestampExtractor:
+    """Calls ``extract_timestamp(tuple)`` of a Storm-style ``TimestampExtractor`` object.
+
+    Storm's ``withTimestampExtractor`` takes an object implementing ``TimestampExtractor``;
+    kstorm takes that or a plain callable, and wraps the object in this (picklable if the
+    object is).
+
+    Example:
+        >>> class Ts:
+        ...     def extract_timestamp(self, t):
+        ...         return t["ts"]
+        >>> ObjectTimestampExtractor(Ts())({"ts": 5})
+        5
+    """
+
+    target: Any
+
+    def __call__(self, item: Any) -> int:
+        """The timestamp of ``item`` in ms, as ``target.extract_timestamp`` returns it."""
+        return int(self.target.extract_timestamp(item))
+
+
+def as_timestamp_extractor(extractor: Any) -> Callable[[Any], int]:
+    """``extractor`` as a callable: a callable as is, an ``extract_timestamp`` object wrapped.
+
+    Raises:
+        ConfigError: neither callable nor with an ``extract_timestamp`` method.
+    """
+    if callable(getattr(extractor, "extract_timestamp", None)):
+        return ObjectTimestampExtractor(extractor)
+    if callable(extractor):
+        return extractor  # type: ignore[no-any-return]
+    msg = (f"timestamp extractor must be a callable (tuple -> ms) or an object with "
+           f"extract_timestamp(tuple), got {extractor!r}")
+    raise ConfigError(msg)
+
+
+@dataclass(frozen=True, slots=True)
 class FieldTimestampExtractor:
     """Reads a tuple's timestamp (ms) from a field (Storm ``TupleFieldTimestampExtractor``).
 
@@ -167,9 +205,9 @@ class WindowConfig:
             if value is not None and (not isinstance(value, str) or not value):
                 msg = f"{name} must be a non-empty string, got {value!r}"
                 raise ConfigError(msg)
-        if self.timestamp_extractor is not None and not callable(self.timestamp_extractor):
-            msg = f"timestamp_extractor must be callable, got {self.timestamp_extractor!r}"
-            raise ConfigError(msg)
+        if self.timestamp_extractor is not None:
+            object.__setattr__(self, "timestamp_extractor",
+                               as_timestamp_extractor(self.timestamp_extractor))
         if not isinstance(self.lag, Duration):
             msg = f"lag must be a Duration, got {self.lag!r}"
             raise ConfigError(msg)

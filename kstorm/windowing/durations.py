@@ -4,16 +4,23 @@ A window length or sliding interval is either a number of tuples (:class:`Count`
 time in milliseconds (:class:`Duration`). Both are validated on construction, so a bad value
 fails where it is written, not when the topology runs.
 
+Storm's spellings work too: ``Count.of(5)``, ``Duration.of(1500)`` (milliseconds, as
+Storm's ``Duration.of``) and ``Duration(10, TimeUnit.SECONDS)`` (Storm's
+``new Duration(10, TimeUnit.SECONDS)``).
+
 Example:
     >>> Count(30)
     Count(30)
     >>> Duration.seconds(10).millis
     10000
+    >>> Duration(10, TimeUnit.SECONDS) == Duration.of(10, TimeUnit.SECONDS) == Duration.seconds(10)
+    True
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import InitVar, dataclass
+from enum import Enum
 from typing import Any
 
 from kstorm.errors import ConfigError
@@ -26,6 +33,30 @@ def _whole_number(value: object, what: str) -> int:
         msg = f"{what} must be a whole number, got {type(value).__name__} {value!r}"
         raise ConfigError(msg)
     return value
+
+
+class TimeUnit(Enum):
+    """Java's ``TimeUnit``, for Storm's ``new Duration(value, TimeUnit.SECONDS)``.
+
+    Each member's value is its length in nanoseconds; :meth:`to_millis` truncates to whole
+    milliseconds, as Java's ``TimeUnit.toMillis`` does.
+
+    Example:
+        >>> TimeUnit.MINUTES.to_millis(2)
+        120000
+    """
+
+    NANOSECONDS = 1
+    MICROSECONDS = 1_000
+    MILLISECONDS = 1_000_000
+    SECONDS = 1_000_000_000
+    MINUTES = 60_000_000_000
+    HOURS = 3_600_000_000_000
+    DAYS = 86_400_000_000_000
+
+    def to_millis(self, value: int) -> int:
+        """``value`` of this unit in whole milliseconds (truncated, as Java's)."""
+        return _whole_number(value, f"Duration in {self.name}") * self.value // 1_000_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +79,11 @@ class Count:
             msg = f"Count must be at least 1, got {self.n}"
             raise ConfigError(msg)
 
+    @classmethod
+    def of(cls, n: int) -> Count:
+        """``n`` tuples (Storm's ``Count.of(n)``)."""
+        return cls(n)
+
     def __repr__(self) -> str:
         return f"Count({self.n})"
 
@@ -65,8 +101,10 @@ class _Millis:
 class Duration:
     """A non-negative span of time, held in milliseconds.
 
-    Build one with a unit constructor (``Duration.millis(n)`` ... ``Duration.days(n)``) and
-    read it back with the ``millis`` property; window lengths and sliding intervals must also be
+    Build one with a unit constructor (``Duration.millis(n)`` ... ``Duration.days(n)``), or
+    as Storm does with a :class:`TimeUnit` (``Duration(10, TimeUnit.SECONDS)``,
+    ``Duration.of(10, TimeUnit.SECONDS)``; ``Duration(n)`` alone is ``n`` milliseconds),
+    and read it back with the ``millis`` property; window lengths and sliding intervals must also be
     positive (checked by :class:`~kstorm.windowing.WindowConfig`), a lag may be zero.
 
     Example:
@@ -81,13 +119,24 @@ class Duration:
     """
 
     ms: int
+    unit: InitVar[TimeUnit | None] = None
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, unit: TimeUnit | None) -> None:
+        if unit is not None:
+            if not isinstance(unit, TimeUnit):
+                msg = f"Duration unit must be a TimeUnit, got {unit!r}"
+                raise ConfigError(msg)
+            object.__setattr__(self, "ms", unit.to_millis(self.ms))
         if _whole_number(self.ms, "Duration") < 0:
             msg = f"Duration cannot be negative, got {self.ms} ms"
             raise ConfigError(msg)
 
     millis = _Millis()
+
+    @classmethod
+    def of(cls, value: int, unit: TimeUnit = TimeUnit.MILLISECONDS) -> Duration:
+        """``value`` of ``unit``; milliseconds by default, as Storm's ``Duration.of(ms)``."""
+        return cls(value, unit)
 
     @classmethod
     def seconds(cls, value: int) -> Duration:
