@@ -358,6 +358,12 @@ class TopologyConfig(BaseModel):
             "topology.workers": self.workers,
         }
 
+    def spout_max_pending(self, component_conf: Mapping[str, Any]) -> int | None:
+        """``topology.max.spout.pending`` of one spout: its own (``set_max_spout_pending``,
+        ``add_configuration``) if it set one, else the topology's."""
+        key = "topology.max.spout.pending"
+        return component_conf[key] if key in component_conf else self.max_spout_pending
+
     def component_conf(self, conf: Mapping[str, Any],
                        component: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """The ``conf`` a component's ``prepare``/``open`` gets, as Storm builds it.

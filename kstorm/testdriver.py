@@ -299,10 +299,11 @@ class TopologyTestDriver:
         As on Spark, a list batch starts only while fewer of its spout's tuples are
         un-acked; until then batches run the due retries (the clock moves to the next).
         """
-        cap = self.settings.max_spout_pending
-        for _ in range(max_batches if cap is not None else 0):
+        caps = {s: self._spout_cap(s) for s in self._trackers}
+        for _ in range(max_batches if any(c is not None for c in caps.values()) else 0):
             full = [t for s, t in self._trackers.items()
-                    if s in lists and t.pending_count + t.waiting_count >= cap]
+                    if s in lists and caps[s] is not None
+                    and t.pending_count + t.waiting_count >= caps[s]]
             times = [t for tracker in full
                      for t in (tracker.next_retry_at(), tracker.next_timeout_at())
                      if t is not None]
@@ -506,7 +507,7 @@ class TopologyTestDriver:
             SpoutLog(f"{self._scratch}/spouts/{spout}", spout), bounds,
             ack_on_emit=settings.acks_on_emit, notices=notices, sleep=lambda _s: None,
             wall_ms=lambda: self.now_ms,
-            max_pending=settings.max_spout_pending if notices is not None else None)
+            max_pending=settings.spout_max_pending(spec.conf) if notices is not None else None)
         return found
 
     def _poll_batch(self) -> bool:
@@ -575,11 +576,15 @@ class TopologyTestDriver:
         self._apply(done, txid)
         self.batch_id += 1
 
+    def _spout_cap(self, spout: str) -> int | None:
+        """``topology.max.spout.pending`` of ``spout`` (its own, else the topology's)."""
+        return self.settings.spout_max_pending(self.topology.components[spout].conf)
+
     def _retries(self, tuples: dict[str, list[Tuple]]) -> dict[str, list[tuple]]:
         """At least once: the failed records due by now join the batch (attempt n)."""
         out: dict[str, list[tuple]] = {}
-        cap = self.settings.max_spout_pending
         for spout, tracker in self._trackers.items():
+            cap = self._spout_cap(spout)
             fields = self.topology.components[spout].streams["default"]
             due = sorted((at, m) for at, m in tracker.waiting() if at <= self.now_ms)
             due = [m for _, m in due][:None if cap is None else max(cap, 1)]  # as on Spark

@@ -72,20 +72,57 @@ class StormTopology:
         ]
 
 
+# Storm's keys a component may set for itself (Storm's component-level configuration),
+# and what kstorm does with each; any other topology.*, kstorm.* or kafka.* key is
+# topology-wide and refused on a component. Keys of the user's own pass to prepare/open.
+COMPONENT_KEYS = {
+    "topology.max.spout.pending": "spout",  # this spout's cap (setMaxSpoutPending)
+    "topology.debug": "any",                 # passed to prepare/open
+}
+_TOPOLOGY_WIDE = ("topology.", "kstorm.", "kafka.", "storm.", "nimbus.", "supervisor.")
+
+
 class _Declarer:
+    _kind = "component"
+
     def __init__(self, builder: TopologyBuilder, component_id: str) -> None:
         self._builder = builder
         self.id = component_id
 
     def add_configuration(self, key: str, value: Any) -> _Declarer:
-        """Set a component-level configuration key."""
+        """Set a component-level configuration key (Storm's ``addConfiguration``).
+
+        The keys Storm lets a component set that kstorm honours per component
+        (:data:`COMPONENT_KEYS`), or keys of your own (given to ``prepare``/``open``).
+
+        Raises:
+            TopologyError: a topology-wide key (e.g. ``topology.message.timeout.secs``),
+                naming the component and the key.
+        """
+        kind = COMPONENT_KEYS.get(key)
+        if kind is None and key.startswith(_TOPOLOGY_WIDE):
+            msg = (f"{self._kind} {self.id!r}: {key!r} is a topology-wide key, not one a "
+                   f"component sets for itself (per component: {sorted(COMPONENT_KEYS)})")
+            raise TopologyError(msg, hint=f"set {key} in the topology's configuration")
+        if kind == "spout" and self._kind != "spout":
+            msg = f"{self._kind} {self.id!r}: {key!r} applies to spouts only"
+            raise TopologyError(msg, hint=f"set {key} on the spout's declarer")
+        if key == "topology.max.spout.pending" and value is not None and (
+                isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            msg = f"spout {self.id!r}: {key} must be an int >= 1 or None, got {value!r}"
+            raise TopologyError(msg)
         self._builder._conf[self.id][key] = value
         return self
 
     def add_configurations(self, conf: Mapping[str, Any]) -> _Declarer:
-        """Set several component-level configuration keys."""
-        self._builder._conf[self.id].update(conf)
+        """:meth:`add_configuration` for each key of ``conf``."""
+        for key, value in conf.items():
+            self.add_configuration(key, value)
         return self
+
+    def set_debug(self, debug: bool) -> _Declarer:
+        """``topology.debug`` for this component (Storm's ``setDebug``)."""
+        return self.add_configuration("topology.debug", bool(debug))
 
     def set_max_task_parallelism(self, n: int) -> _Declarer:
         """Cap the component's parallelism at ``n`` tasks (Storm's ``setMaxTaskParallelism``).
@@ -106,9 +143,19 @@ class _Declarer:
 class SpoutDeclarer(_Declarer):
     """Returned by :meth:`TopologyBuilder.set_spout`."""
 
+    _kind = "spout"
+
+    def set_max_spout_pending(self, n: int | None) -> SpoutDeclarer:
+        """At most ``n`` of this spout's tuples pending at once (Storm's
+        ``setMaxSpoutPending``): ``topology.max.spout.pending`` for this spout alone."""
+        self.add_configuration("topology.max.spout.pending", n)
+        return self
+
 
 class BoltDeclarer(_Declarer):
     """Returned by :meth:`TopologyBuilder.set_bolt`; subscribes the bolt to streams."""
+
+    _kind = "bolt"
 
     def _add(self, kind: GroupingKind, component: str, stream: str,
              fields: Fields | None = None) -> BoltDeclarer:

@@ -110,7 +110,8 @@ def compile_query(spark: SparkSession, topology: StormTopology, plan: Plan, name
                 continue
             raw[stage.index] = read_spout(spark, topology.components[stage.head], settings,
                                           pmax_file, acking=_source_acking(
-                                              stage.head, acking, settings, layout))
+                                              topology.components[stage.head], acking,
+                                              settings, layout))
             if readers[stage.index] or _feeds_sink(stage, topology, plan):
                 ctx = StageContext(topology, plan, stage.index, name, settings, conf, True,
                                acking=acking, txid_base=txid_base,
@@ -165,11 +166,12 @@ def compile_query(spark: SparkSession, topology: StormTopology, plan: Plan, name
     return CompiledQuery(output, env, run)
 
 
-def _source_acking(spout: str, acking: AckingPlan | None, settings: TopologyConfig,
+def _source_acking(spec: Any, acking: AckingPlan | None, settings: TopologyConfig,
                    layout: CheckpointLayout) -> dict[str, Any] | None:
-    if acking is None or spout not in acking.spout_tasks:
+    if acking is None or spec.id not in acking.spout_tasks:
         return None
-    return {"book": str(layout.book_path(spout)), "max_pending": settings.max_spout_pending}
+    return {"book": str(layout.book_path(spec.id)),
+            "max_pending": settings.spout_max_pending(spec.conf)}
 
 
 def _fusable(source: Stage, window: Stage, topology: StormTopology) -> bool:

@@ -64,7 +64,7 @@ def read_spout(spark: SparkSession, spec: ComponentSpec, settings: TopologyConfi
     source = SpoutSourceSpec(spout, spec.id, topology_name, {**(conf or {}), **spec.conf},
                              dict(spec.streams), str(layout.spout_log_dir(spec.id)), bounds,
                              settings.acks_on_emit, spec.parallelism, fused, spout_task,
-                             notices, settings.max_spout_pending)
+                             notices, settings.spout_max_pending(spec.conf))
     return read_spout_stream(spark, source, ENVELOPE_DDL)
 
 
