@@ -359,8 +359,11 @@ class TopologyConfig(BaseModel):
         }
 
     def spout_max_pending(self, component_conf: Mapping[str, Any]) -> int | None:
-        """``topology.max.spout.pending`` of one spout: its own (``set_max_spout_pending``,
-        ``add_configuration``) if it set one, else the topology's."""
+        """``topology.max.spout.pending`` of one spout.
+
+        Its own (``set_max_spout_pending``, ``add_configuration``) if it set one, else the
+        topology's.
+        """
         key = "topology.max.spout.pending"
         return component_conf[key] if key in component_conf else self.max_spout_pending
 

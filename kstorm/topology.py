@@ -146,8 +146,10 @@ class SpoutDeclarer(_Declarer):
     _kind = "spout"
 
     def set_max_spout_pending(self, n: int | None) -> SpoutDeclarer:
-        """At most ``n`` of this spout's tuples pending at once (Storm's
-        ``setMaxSpoutPending``): ``topology.max.spout.pending`` for this spout alone."""
+        """At most ``n`` of this spout's tuples pending at once.
+
+        Storm's ``setMaxSpoutPending``: ``topology.max.spout.pending`` for this spout alone.
+        """
         self.add_configuration("topology.max.spout.pending", n)
         return self
 

@@ -11,12 +11,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from test_list_spout_acking import AT_LEAST_ONCE, Work
 
 from kstorm import Fields, TopologyBuilder
 from kstorm.acking import RetryPolicy
 from kstorm.errors import TopologyError
 from kstorm.testing import CaptureSink, ListSpout, TopologyTestDriver
-from test_list_spout_acking import AT_LEAST_ONCE, Work
 
 
 @pytest.fixture(autouse=True)
