@@ -222,7 +222,8 @@ class TopologyTestDriver:
         self._polling = False
         self._inputs: set[str] = set()  # the spouts with input in the running batch
         if self._acking is not None:
-            check_window_timeouts(topology, self._acking)
+            check_window_timeouts(topology, self._acking, lambda spout: self.settings.
+                                  spout_max_pending(topology.components[spout].conf))
             self._ackers = {i: DictStore() for i in range(self._acking.n_ackers)}
             for spout in self._acking.spout_tasks:
                 declared = topology.components[spout].component

@@ -66,3 +66,30 @@ def test_topology_wide_keys_are_refused_on_a_component_naming_it() -> None:
     bolt.add_configuration("my.own.key", 7).set_debug(True)  # the user's keys pass
     assert b.create_topology().components["work"].conf == {"my.own.key": 7,
                                                            "topology.debug": True}
+
+
+def test_a_count_window_longer_than_max_spout_pending_is_refused_at_start() -> None:
+    """Storm's ``WindowedBoltExecutor.validate``: "Window length + sliding interval count
+    (...) is more than topology.max.spout.pending (...)" -- at least once, the spout would
+    stop emitting before the window fills, and every tree would time out."""
+    from kstorm import BaseWindowedBolt
+    from kstorm.errors import ConfigError
+    from kstorm.windowing import Count
+
+    class Sum(BaseWindowedBolt):
+        def declare_output_fields(self, declarer: Any) -> None:
+            declarer.declare(Fields("n"))
+
+        def execute(self, window: Any) -> None:
+            """Nothing: only the start is tested."""
+
+    def topology(cap: int) -> Any:
+        b = TopologyBuilder()
+        b.set_spout("words", ListSpout([[("a",)]], Fields("word"))).set_max_spout_pending(cap)
+        b.set_bolt("sum", Sum().with_window(Count(10), Count(5))).shuffle_grouping("words")
+        return b.create_topology()
+
+    with pytest.raises(ConfigError, match=r"window length \+ sliding interval count \(15\) "
+                                          r"is more than topology.max.spout.pending \(8\)"):
+        TopologyTestDriver(topology(8), AT_LEAST_ONCE)
+    TopologyTestDriver(topology(15), AT_LEAST_ONCE).close()  # fits

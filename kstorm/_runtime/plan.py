@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from typing import Any
 
 from kstorm.bolt import BaseStatefulBolt
 from kstorm.errors import ConfigError, TopologyError
@@ -158,16 +159,22 @@ def acking_plan(topology: StormTopology, plan: Plan, *, n_ackers: int,
     return AckingPlan(n_ackers, tasks, frozenset(report), timeout_ms)
 
 
-def check_window_timeouts(topology: StormTopology, acking: AckingPlan) -> None:
+def check_window_timeouts(topology: StormTopology, acking: AckingPlan,
+                          max_pending: Any = None) -> None:
     """At least once, a windowed bolt holds its tuples' trees open until they expire.
 
     So, as Storm's ``WindowedBoltExecutor`` checks, a time window (its length plus its
     sliding interval, plus the watermark lag) must fit in ``topology.message.timeout.secs``,
-    or every tree would time out and be replayed while its window is still open. Stateful
-    and persistent windows ack tuples as they arrive: no limit.
+    or every tree would time out and be replayed while its window is still open; and a
+    count window (its length plus its sliding interval, in tuples) must fit in
+    ``topology.max.spout.pending`` of each tracked spout upstream (``max_pending``: spout
+    id -> its cap, None for none), or the spout stops emitting before the window can fill.
+    Stateful and persistent windows ack tuples as they arrive: no limit.
     """
     from kstorm.windowing.bolt import acks_on_arrival
-    from kstorm.windowing.durations import Duration
+    from kstorm.windowing.durations import Count, Duration
+
+    caps = max_pending or (lambda _spout: None)
 
     for spec in topology.bolts():
         bolt = spec.component
@@ -177,6 +184,15 @@ def check_window_timeouts(topology: StormTopology, acking: AckingPlan) -> None:
             continue
         config = bolt.window_config
         parts = [config.window_length, config.sliding_interval or config.window_length]
+        counts = sum(p.n for p in parts if isinstance(p, Count))
+        for spout in sorted(_upstream_spouts(topology, spec.id) & set(acking.spout_tasks)):
+            cap = caps(spout)
+            if counts and cap is not None and counts > cap:
+                msg = (f"windowed bolt {spec.id!r}: window length + sliding interval count "
+                       f"({counts}) is more than topology.max.spout.pending ({cap}) of spout "
+                       f"{spout!r}: the spout would stop emitting before the window fills")
+                raise ConfigError(msg, hint=f"set topology.max.spout.pending to at least "
+                                  f"{counts}, or shorten the count window")
         if not all(isinstance(p, Duration) for p in parts):
             continue
         span = sum(p.ms for p in parts) + (config.lag.ms if config.is_event_time else 0)

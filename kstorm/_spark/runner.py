@@ -151,7 +151,8 @@ def _start_locked(name: str, conf: dict[str, Any], topology: StormTopology,
         acking = acking_plan(topology, plan, n_ackers=settings.acker_executors or 1,
                              timeout_ms=settings.message_timeout_secs * 1000)
         if acking is not None:
-            check_window_timeouts(topology, acking)
+            check_window_timeouts(topology, acking, lambda spout: settings.spout_max_pending(
+                topology.components[spout].conf))
     spark, restore = session_for(settings, app_name=name)  # restore: once the query started
     try:
         overlapped = overlap.enabled(name, settings, refused, spark.sparkContext.master)
