@@ -279,8 +279,8 @@ def windowed_spec(topology: Any, plan: Any, stage: Any, settings: Any,
     inputs = [f"{g.component}:{g.stream}" for g in spec.inputs
               if source_kind(topology.components[g.component].component) != "kafka"]
     continuous = settings.trigger is TriggerMode.CONTINUOUS
-    needs_timers = (config.idle_timeout is not None if config.is_event_time
-                    else isinstance(config.sliding_interval, Duration))
+    needs_timers = ((config.idle_timeout is not None or config.watermark_interval is not None)
+                    if config.is_event_time else isinstance(config.sliding_interval, Duration))
     stores = any(getattr(topology.components[s].component, "records_offsets", False)
                  for s in plan.sinks)
     external = settings.state_provider != "spark"

@@ -297,7 +297,11 @@ class WindowedTask:
             return None if end is None else max(end + 1, now_ms + 1)
         if self.manager.size == 0:
             return None
-        return self.tracker.next_idle_at(now_ms)
+        moments = [self.tracker.next_idle_at(now_ms)]
+        if self.config.watermark_interval is not None:  # Storm's watermark timer
+            moments.append(self.tracker.next_poll_at(now_ms))
+        due = [m for m in moments if m is not None]
+        return min(due) if due else None
 
     def _stamp(self, tuples: Iterable[Tuple], now_ms: int, out: WindowOutput
                ) -> list[tuple[Tuple, int]]:

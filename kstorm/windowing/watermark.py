@@ -124,6 +124,26 @@ class WatermarkTracker:
         self._next_due = now_ms + self._interval
         return self.emit(now_ms)
 
+    def next_poll_at(self, now_ms: int) -> int | None:
+        """When :meth:`poll` would next emit an advanced watermark (``None``: no advance due).
+
+        A runtime sets a timer there: Storm's watermark is a timer, so the windows that are
+        due fire within one interval even when no tuple comes.
+
+        Example:
+            >>> t = WatermarkTracker(streams=["p0"], interval=1000)
+            >>> t.track("p0", 5_000, now_ms=0); t.poll(0) is None
+            True
+            >>> t.next_poll_at(10)
+            1000
+        """
+        watermark = self.current(now_ms)
+        if watermark is None or (self._last is not None and watermark <= self._last):
+            return None
+        due = self._next_due if self._next_due is not None else (
+            (self._since if self._since is not None else now_ms) + self._interval)
+        return max(due, now_ms + 1)
+
     def next_idle_at(self, now_ms: int) -> int | None:
         """The next processing time at which a stream becomes idle (``None``: never).
 
