@@ -178,3 +178,25 @@ def test_persistent_window_larger_than_memory_evaluates_on_spark(spark, tmp_path
     ids = [row[0] for batch in batches for row in batch]
     assert [(v[2].split(","), v[3]) for v in result.sinks["out"].values] == [
         (ids[:120], 120), (ids[120:240], 120)]
+
+
+def test_the_watermark_interval_is_a_timer_on_a_quiet_stream(spark, tmp_path):
+    # Storm's Windowing guide: "Watermark events are periodically (default every sec)
+    # emitted". One batch of events, then silence: the windows that are due fire one
+    # interval later on a timer, not when a next tuple comes (none does).
+    bolt = (WindowIds().with_tumbling_window(Duration.seconds(10)).with_timestamp_field("ts")
+            .with_watermark_interval(Duration.seconds(2)))
+    b = TopologyBuilder()
+    b.set_spout("events", ListSpout([[("a", 1_000), ("b", 12_000), ("c", 25_000)]],
+                                    Fields("id", "ts")))
+    b.set_bolt("w", bolt).global_grouping("events")
+    b.set_bolt("out", CaptureSink()).shuffle_grouping("w")
+
+    def fired(handle):
+        return len(handle.sinks["out"].values) >= 2
+
+    handle = run_until("wm-timer", b.create_topology(),
+                       {"kstorm.checkpoint.dir": str(tmp_path),
+                        "kstorm.trigger.interval.ms": 500}, fired)
+    assert [v[:3] for v in handle.sinks["out"].values] == [
+        [0, 10_000, "a"], [10_000, 20_000, "b"]]
