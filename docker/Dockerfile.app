@@ -55,16 +55,20 @@ RUN set -eux; \
 # PySpark is a ~400 MB download: give it its own layer so that editing kstorm does not fetch
 # it again. Keep the version equal to pyproject.toml's pin; if they differ, the install
 # below replaces it with pyproject's (correct, only slower).
+# docker/wheelhouse: wheels downloaded on the host, for builds whose containers cannot reach
+# PyPI (then PIP_NO_INDEX=1; see docker/wheelhouse/README.md). Committed, it holds a README only.
 ARG PYSPARK_VERSION=4.3.0
-RUN pip install "pyspark==${PYSPARK_VERSION}"
+ARG PIP_NO_INDEX=
+COPY docker/wheelhouse /wheels
+RUN pip install --find-links /wheels "pyspark==${PYSPARK_VERSION}"
 
 COPY pyproject.toml README.md _kstorm_daemon.py /src/
 COPY kstorm /src/kstorm
 COPY serdes /src/serdes
 COPY sinks /src/sinks
 RUN set -eux; \
-    pip install "/src[avro,redis]"; \
-    rm -rf /src; \
+    pip install --find-links /wheels "/src[avro,redis]"; \
+    rm -rf /src /wheels; \
     python -c "import kstorm, serdes, sinks, pyspark; print('pyspark', pyspark.__version__)"; \
     kstorm --help > /dev/null
 

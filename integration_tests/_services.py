@@ -26,6 +26,8 @@ from __future__ import annotations
 import importlib
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator, Mapping
@@ -48,6 +50,10 @@ BASE_IMAGE = os.environ.get("KSTORM_BASE_IMAGE") or "localhost/debian:bookworm"
 KAFKA_IMAGE = "localhost/kstorm-broker:tansu"  # docker/Dockerfile.broker
 REDIS_IMAGE = "localhost/kstorm-redis:bookworm"  # docker/Dockerfile.redis
 APP_IMAGE = "localhost/kstorm-app:0.1.0"  # docker/Dockerfile.app
+# Downloaded besides kstorm's own requirements for an offline build: pyproject.toml's
+# [build-system], and what Debian's Python 3.11.2 needs that the host's newer 3.11 does not
+# (redis requires async-timeout below 3.11.3).
+BUILD_REQUIRES = ("setuptools>=68", "wheel", "async-timeout>=4.0.3")
 # What scripts/container-engine.sh exports when it found no engine: the one-line reason.
 ENGINE_ERROR_VAR = "KSTORM_CONTAINER_ENGINE_ERROR"
 PING_TIMEOUT = 2.0  # seconds for the Docker engine to answer a ping
@@ -253,6 +259,14 @@ def _build(client: Any, tag: str, scratch: Path) -> None:
         context, dockerfile = scratch, "Dockerfile"
     elif tag == APP_IMAGE:
         context, dockerfile = DOCKER_DIR.parent, "docker/Dockerfile.app"
+        # The host's pip reaches PyPI (its proxy's CA is trusted here, not in the image):
+        # download on the host, install offline in the build (docker/wheelhouse/README.md).
+        subprocess.run(
+            [sys.executable, "-m", "pip", "download", "-q", "-d", str(DOCKER_DIR / "wheelhouse"),
+             f"{DOCKER_DIR.parent}[avro,redis]", *BUILD_REQUIRES],
+            check=True, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+        args["PIP_NO_INDEX"] = "1"
     else:
         msg = f"no Dockerfile known for {tag}"
         raise ConfigError(msg)
