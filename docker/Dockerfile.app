@@ -82,7 +82,9 @@ USER 10001:10001
 
 # Start Spark once at build time: records the JVM class cache (~/.cache/kstorm) that every
 # container start then maps, a few seconds less to the first result (README, "Start-up").
-RUN kstorm warm-up
+# WARM_UP=0 skips it (the image then works, with a slower first start).
+ARG WARM_UP=1
+RUN if [ "$WARM_UP" = 1 ]; then kstorm -v warm-up; fi
 
 ENTRYPOINT ["/usr/bin/tini", "--", "kstorm"]
 CMD ["demo"]
