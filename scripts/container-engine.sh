@@ -25,7 +25,10 @@ PIDFILE=$STATE_DIR/podman.pid
 BASE_IMAGE=${KSTORM_BASE_IMAGE:-localhost/debian:bookworm}
 SUITE=bookworm
 CONF=/etc/containers/containers.conf
-PACKAGES=(podman buildah runc fuse-overlayfs slirp4netns uidmap debootstrap)
+# dnsname: containers on a compose network find each other by service name (CNI, podman 4.3);
+# a Recommends of podman, which --no-install-recommends leaves out.
+PACKAGES=(podman buildah runc fuse-overlayfs slirp4netns uidmap debootstrap
+  golang-github-containernetworking-plugin-dnsname)
 
 log() { echo "container-engine: $*" >&2; }
 no_engine() {
@@ -176,11 +179,11 @@ if [ "${DOCKER_HOST:-}" != "unix://$SOCK" ] && answers; then
 fi
 
 # Step 2: our podman service, started now unless it is running from an earlier call.
+install_podman  # a dpkg-query when nothing is missing
 if service_pid > /dev/null && answers "unix://$SOCK"; then
   log "reusing podman system service (pid $(service_pid))"
 else
   stop_service 2> /dev/null
-  install_podman
   configure_podman
   podman info > "$STATE_DIR/podman-info.log" 2>&1 ||
     no_engine "podman info failed: $(grep -m1 -i error "$STATE_DIR/podman-info.log" || tail -n1 "$STATE_DIR/podman-info.log")"
