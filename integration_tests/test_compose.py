@@ -40,7 +40,8 @@ def _healthy(service: str, deadline: float) -> None:
 
 
 def test_the_local_compose_stack_runs_the_demo_and_comes_down_clean() -> None:
-    if service_kind() != "docker" or not shutil.which("podman-compose") or not shutil.which("podman"):
+    tools = all(shutil.which(tool) for tool in ("podman", "podman-compose"))
+    if service_kind() != "docker" or not tools:
         pytest.skip("needs the container engine of scripts/container-engine.sh and podman-compose")
     import redis
 
@@ -55,7 +56,8 @@ def test_the_local_compose_stack_runs_the_demo_and_comes_down_clean() -> None:
         up = _compose("up", "-d", "app")
         assert up.returncode == 0, up.stderr[-2000:]
         waited = _podman("wait", f"{PROJECT}_app_1", timeout=300)
-        logs = _podman("logs", f"{PROJECT}_app_1").stdout + _podman("logs", f"{PROJECT}_app_1").stderr
+        printed = _podman("logs", f"{PROJECT}_app_1")
+        logs = printed.stdout + printed.stderr
         assert waited.stdout.strip() == "0", logs[-3000:]
         assert "every window count equals the ground truth" in logs
         client = redis.Redis(host="127.0.0.1", port=16379)  # compose.local.yaml's host port
@@ -66,7 +68,8 @@ def test_the_local_compose_stack_runs_the_demo_and_comes_down_clean() -> None:
     finally:
         down = _compose("down", "-v")
     assert down.returncode == 0, down.stderr[-2000:]
-    left = _podman("ps", "-a", "--filter", f"label=io.podman.compose.project={PROJECT}", "-q")
+    label = f"label=io.podman.compose.project={PROJECT}"
+    left = _podman("ps", "-a", "--filter", label, "-q")
     assert left.stdout.strip() == ""
-    volumes = _podman("volume", "ls", "-q", "--filter", f"label=io.podman.compose.project={PROJECT}")
+    volumes = _podman("volume", "ls", "-q", "--filter", label)
     assert volumes.stdout.strip() == ""
