@@ -1,11 +1,14 @@
 """Session fixtures for integration tests: one broker, one Redis, one SparkSession.
 
 Every test gets its own topic name and checkpoint directory, so tests never share state
-through the shared services. Kafka and Redis run in Docker containers (testcontainers: Apache
-Kafka in Confluent's image, ``redis``) when ``KSTORM_TEST_SERVICES`` is ``docker``, or
-``auto`` (the default) and a Docker engine answers; else as the embedded child processes
-(tansu, ``redis-server``). ``_services.py`` decides; ``kafka.kind`` / ``redis_server.kind``
-say which ran. Tests that crash and restart Redis start their own ``EmbeddedRedis``.
+through the shared services. Kafka and Redis run in containers (testcontainers, images built
+here without a registry: the tansu broker, Debian's ``redis-server``) when
+``KSTORM_TEST_SERVICES`` is ``docker``, or ``auto`` (the default) and a Docker engine answers;
+else as the embedded child processes (tansu, ``redis-server``). ``_services.py`` decides;
+``kafka.kind`` / ``redis_server.kind`` say which ran. ``docker`` with no engine fails every
+test that needs them with "no container engine: ..." (run
+``eval "$(bash scripts/container-engine.sh)"`` first). Tests that crash and restart Redis
+start their own ``EmbeddedRedis``.
 
 Fixtures:
     kafka           KafkaService (session); ``kafka.bootstrap_servers``
@@ -23,13 +26,14 @@ import re
 import sys
 import uuid
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 from _services import KafkaService, RedisService, kafka_service, redis_service
 
-from kstorm.errors import SourceError
+from kstorm.errors import EmbeddedServiceError, SourceError
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -40,15 +44,33 @@ Record = bytes | str | tuple[bytes | str | None, bytes | str | None]
 def kafka() -> Iterator[KafkaService]:
     from kstorm._kafka.client import close_driver_consumers
 
-    with kafka_service() as broker:
+    with _reported(kafka_service()) as broker:
         yield broker
         close_driver_consumers()  # before the broker goes: no reconnect noise at exit
 
 
 @pytest.fixture(scope="session")
 def redis_server() -> Iterator[RedisService]:
-    with redis_service() as server:
+    with _reported(redis_service()) as server:
         yield server
+
+
+@contextmanager
+def _reported(service: Any) -> Iterator[Any]:
+    """``service`` entered; "no container engine: ..." becomes a pytest failure saying so."""
+    try:
+        running = service.__enter__()
+    except EmbeddedServiceError as exc:
+        if str(exc).startswith("no container engine"):
+            pytest.fail(str(exc), pytrace=False)
+        raise
+    try:
+        yield running
+    except BaseException:
+        if not service.__exit__(*sys.exc_info()):
+            raise
+    else:
+        service.__exit__(None, None, None)
 
 
 @pytest.fixture(scope="session")

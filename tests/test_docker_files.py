@@ -24,6 +24,11 @@ REPO = Path(__file__).resolve().parent.parent
 DOCKER = REPO / "docker"
 COMPOSE = DOCKER / "compose.yaml"
 DOCKERFILES = sorted(p for p in DOCKER.rglob("Dockerfile*") if p.suffix != ".dockerignore")
+# Built from the repository root (compose.yaml: context ".."). The service images are not:
+# Dockerfile.broker's context is a directory holding only the tansu binary, Dockerfile.redis's
+# is empty (integration_tests/_services.py ensure_image builds both so).
+SERVICE_DOCKERFILES = {DOCKER / "Dockerfile.broker", DOCKER / "Dockerfile.redis"}
+REPO_CONTEXT_DOCKERFILES = [p for p in DOCKERFILES if p not in SERVICE_DOCKERFILES]
 
 
 # -- reading Dockerfiles -----------------------------------------------------------------------
@@ -128,11 +133,35 @@ def test_there_are_dockerfiles_to_check():
     assert {"docker/Dockerfile.app", "docker/examples/Dockerfile.topology"} <= names
 
 
-@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: str(p.relative_to(REPO)))
+@pytest.mark.parametrize("dockerfile", REPO_CONTEXT_DOCKERFILES,
+                         ids=lambda p: str(p.relative_to(REPO)))
 def test_every_copied_path_is_in_the_build_context(dockerfile):
     # every Dockerfile here is built from the repository root (compose.yaml: context "..")
     assert copies(dockerfile), f"{dockerfile} copies nothing: is the parser right?"
     assert missing_from_context(dockerfile, REPO) == []
+
+
+def test_the_service_images_copy_only_what_their_small_contexts_hold():
+    assert [c.sources for c in copies(DOCKER / "Dockerfile.broker")] == [("tansu",)]
+    assert copies(DOCKER / "Dockerfile.redis") == []
+
+
+@pytest.mark.parametrize("dockerfile", sorted(SERVICE_DOCKERFILES | {DOCKER / "Dockerfile.app"}),
+                         ids=lambda p: p.name)
+def test_the_base_image_is_a_build_argument(dockerfile):
+    # A machine without a registry builds them FROM localhost/debian:bookworm
+    # (scripts/container-engine.sh): `--build-arg BASE_IMAGE=...`.
+    steps = instructions(dockerfile)
+    (base,) = [rest for _, word, rest in steps if word == "FROM"]
+    assert base == "${BASE_IMAGE}"
+    assert any(word == "ARG" and rest.startswith("BASE_IMAGE=") for _, word, rest in steps)
+
+
+def test_the_redis_image_keeps_an_append_only_file():
+    steps = instructions(DOCKER / "Dockerfile.redis")
+    (cmd,) = [json.loads(rest) for _, word, rest in steps if word == "CMD"]
+    assert cmd[cmd.index("--appendonly") + 1] == "yes"
+    assert cmd[cmd.index("--appendfsync") + 1] == "always"
 
 
 def test_the_app_image_gets_the_spark_worker_daemon():

@@ -37,7 +37,7 @@ class FakeContainer:
 
     def __init__(self, image, fail=None):
         self.image, self.fail = image, fail
-        self.env, self.command, self.kraft = {}, None, False
+        self.env, self.command, self.ports, self.exposed = {}, None, {}, []
         self.start_options, self.stopped = None, False
 
     def with_env(self, key, value):
@@ -48,8 +48,12 @@ class FakeContainer:
         self.command = command
         return self
 
-    def with_kraft(self):
-        self.kraft = True
+    def with_bind_ports(self, container, host):
+        self.ports[container] = host
+        return self
+
+    def with_exposed_ports(self, *ports):
+        self.exposed.extend(ports)
         return self
 
     def start(self, **options):
@@ -59,23 +63,17 @@ class FakeContainer:
         FakeContainer.started.append(self)
         return self
 
-    def stop(self):
-        self.stopped = True
-
-
-class FakeKafkaContainer(FakeContainer):
-    def get_bootstrap_server(self):
-        return "docker-host:32771"
-
-
-class FakeRedisContainer(FakeContainer):
-    port = 6379
-
     def get_container_host_ip(self):
         return "docker-host"
 
     def get_exposed_port(self, port):
-        return 32772 if port == 6379 else None
+        return 32772 if port in self.exposed else None
+
+    def get_logs(self):
+        return (b"", b"")
+
+    def stop(self):
+        self.stopped = True
 
 
 class FakeDockerClient:
@@ -105,17 +103,11 @@ def install_fake_testcontainers(monkeypatch, docker_client=None, fail=None):
         name: ModuleType(name)
         for name in (
             "testcontainers", "testcontainers.core", "testcontainers.core.docker_client",
-            "testcontainers.community", "testcontainers.community.kafka",
-            "testcontainers.community.redis",
+            "testcontainers.core.container",
         )
     }  # fmt: skip
     modules["testcontainers.core.docker_client"].DockerClient = docker_client or FakeDockerClient()
-    modules["testcontainers.community.kafka"].KafkaContainer = partial(
-        FakeKafkaContainer, fail=fail
-    )
-    modules["testcontainers.community.redis"].RedisContainer = partial(
-        FakeRedisContainer, fail=fail
-    )
+    modules["testcontainers.core.container"].DockerContainer = partial(FakeContainer, fail=fail)
     for name, module in modules.items():
         monkeypatch.setitem(sys.modules, name, module)
 
@@ -149,6 +141,15 @@ class FakeEmbeddedRedis:
         pass
 
 
+@pytest.fixture(autouse=True)
+def no_engine_io(services, monkeypatch):
+    """No image builds and no network: the containers' readiness checks answer at once."""
+    monkeypatch.setattr(services, "ensure_image", lambda tag: tag)
+    monkeypatch.setattr(services, "_kafka_answers", lambda bootstrap: True)
+    monkeypatch.setattr(services, "_redis_answers", lambda host, port: True)
+    monkeypatch.delenv(services.ENGINE_ERROR_VAR, raising=False)
+
+
 @pytest.fixture
 def embedded(services, monkeypatch):
     FakeEmbeddedKafka.entered = FakeEmbeddedKafka.exited = 0
@@ -176,7 +177,8 @@ def test_auto_is_the_default_and_uses_docker_when_the_engine_answers(
     install_fake_testcontainers(monkeypatch)
     docker_probe(monkeypatch, services, True)
     with services.kafka_service() as kafka, services.redis_service() as redis:
-        assert (kafka.kind, kafka.bootstrap_servers) == ("docker", "docker-host:32771")
+        port = FakeContainer.started[0].kafka_port
+        assert (kafka.kind, kafka.bootstrap_servers) == ("docker", f"docker-host:{port}")
         assert (redis.kind, redis.url) == ("docker", "redis://docker-host:32772/0")
     assert FakeEmbeddedKafka.entered == 0
 
@@ -200,18 +202,40 @@ def test_local_never_probes_docker(services, embedded, monkeypatch):
     assert calls == []
 
 
-def test_docker_is_used_without_probing_when_forced(services, embedded, monkeypatch):
+def test_docker_is_used_when_forced_and_the_engine_answers(services, embedded, monkeypatch):
     monkeypatch.setenv(services.ENV_VAR, " Docker ")  # case and spaces do not matter
     install_fake_testcontainers(monkeypatch)
-    calls = docker_probe(monkeypatch, services, False)
+    docker_probe(monkeypatch, services, True)
     with services.kafka_service() as kafka:
         assert kafka.kind == "docker"
-    assert calls == []
+    assert FakeEmbeddedKafka.entered == 0
+
+
+def test_forced_docker_without_an_engine_fails_saying_so(services, embedded, monkeypatch):
+    monkeypatch.setenv(services.ENV_VAR, "docker")
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nowhere/podman.sock")
+    install_fake_testcontainers(monkeypatch)
+    docker_probe(monkeypatch, services, False)
+    with pytest.raises(EmbeddedServiceError, match=r"^no container engine: .*/nowhere/podman.sock.*"
+                       r"scripts/container-engine.sh"):
+        with services.kafka_service():
+            pass
+    assert FakeEmbeddedKafka.entered == 0  # never quietly the local broker
+
+
+def test_forced_docker_reports_the_engine_scripts_reason(services, embedded, monkeypatch):
+    monkeypatch.setenv(services.ENV_VAR, "docker")
+    monkeypatch.setenv(services.ENGINE_ERROR_VAR, "no Docker engine answers and no apt-get")
+    install_fake_testcontainers(monkeypatch)
+    docker_probe(monkeypatch, services, False)
+    with pytest.raises(EmbeddedServiceError, match="^no container engine: no Docker engine"):
+        services.service_kind()
 
 
 def test_forced_docker_without_testcontainers_says_what_to_install(services, embedded, monkeypatch):
     monkeypatch.setenv(services.ENV_VAR, "docker")
     hide_testcontainers(monkeypatch)
+    docker_probe(monkeypatch, services, False)
     with pytest.raises(MissingDependencyError, match=r"pip install 'kstorm\[docker\]'"):
         with services.kafka_service():
             pass
@@ -232,16 +256,18 @@ def test_empty_mode_means_auto(services):
 # -- the containers ----------------------------------------------------------------------------
 
 
-def test_kafka_container_is_one_kraft_broker_on_which_transactions_work(services, monkeypatch):
+def test_kafka_container_advertises_the_port_it_is_published_on(services, monkeypatch):
     install_fake_testcontainers(monkeypatch)
     monkeypatch.setenv(services.ENV_VAR, "docker")
-    with services.kafka_service():
+    docker_probe(monkeypatch, services, True)
+    with services.kafka_service() as kafka:
         (container,) = FakeContainer.started
-    assert container.image == "confluentinc/cp-kafka:7.7.1"
-    assert container.kraft
-    assert container.env["KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR"] == "1"
-    assert container.env["KAFKA_TRANSACTION_STATE_LOG_MIN_ISR"] == "1"
-    assert container.start_options == {"timeout": services.KAFKA_START_TIMEOUT}
+    port = container.kafka_port
+    assert container.image == services.KAFKA_IMAGE == "localhost/kstorm-broker:tansu"
+    assert container.ports == {port: port}
+    assert container.env["LISTENER_URL"] == f"tcp://0.0.0.0:{port}"
+    assert container.env["ADVERTISED_LISTENER_URL"] == f"tcp://127.0.0.1:{port}"
+    assert kafka.bootstrap_servers.endswith(f":{port}")
     assert container.stopped
 
 
@@ -249,9 +275,10 @@ def test_kafka_container_is_one_kraft_broker_on_which_transactions_work(services
 def test_redis_container_runs_with_the_requested_durability(services, monkeypatch, appendonly, aof):
     install_fake_testcontainers(monkeypatch)
     monkeypatch.setenv(services.ENV_VAR, "docker")
+    docker_probe(monkeypatch, services, True)
     with services.redis_service(appendonly=appendonly):
         (container,) = FakeContainer.started
-    assert container.image == "redis:7.4.2"
+    assert container.image == services.REDIS_IMAGE == "localhost/kstorm-redis:bookworm"
     assert container.command[container.command.index("--appendonly") + 1] == aof
     assert container.stopped
 
@@ -265,6 +292,7 @@ def test_local_redis_gets_the_requested_durability(services, embedded, monkeypat
 def test_container_is_stopped_when_the_test_body_fails(services, monkeypatch):
     install_fake_testcontainers(monkeypatch)
     monkeypatch.setenv(services.ENV_VAR, "docker")
+    docker_probe(monkeypatch, services, True)
     with pytest.raises(RuntimeError, match="boom"):
         with services.kafka_service():
             raise RuntimeError("boom")
@@ -274,11 +302,12 @@ def test_container_is_stopped_when_the_test_body_fails(services, monkeypatch):
 def test_a_container_that_does_not_start_names_the_image_and_the_way_out(services, monkeypatch):
     install_fake_testcontainers(monkeypatch, fail=ConnectionError("engine went away"))
     monkeypatch.setenv(services.ENV_VAR, "docker")
+    docker_probe(monkeypatch, services, True)
     with pytest.raises(EmbeddedServiceError) as caught:
         with services.redis_service():
             pass
     message = str(caught.value)
-    assert "redis:7.4.2" in message and "engine went away" in message
+    assert services.REDIS_IMAGE in message and "engine went away" in message
     assert "KSTORM_TEST_SERVICES=local" in message
     assert isinstance(caught.value.__cause__, ConnectionError)
 
@@ -316,7 +345,7 @@ def test_docker_available_is_false_without_testcontainers(services, monkeypatch)
 
 def test_docker_available_is_false_with_a_testcontainers_too_old_for_kstorm(services, monkeypatch):
     install_fake_testcontainers(monkeypatch)
-    monkeypatch.setitem(sys.modules, "testcontainers.community.kafka", None)  # before 4.15
+    monkeypatch.setitem(sys.modules, "testcontainers.core.container", None)
     assert services.docker_available() is False
 
 
