@@ -61,7 +61,8 @@ def read_spout(spark: SparkSession, spec: ComponentSpec, settings: TopologyConfi
     bounds = BatchBounds(settings.spout_max_batch_tuples, settings.spout_max_batch_ms,
                          settings.spout_idle_calls, settings.spout_max_failures)
     notices = str(layout.notices_dir(spec.id)) if spout_task is not None else None
-    source = SpoutSourceSpec(spout, spec.id, topology_name, {**(conf or {}), **spec.conf},
+    source = SpoutSourceSpec(spout, spec.id, topology_name,
+                             settings.component_conf(conf or {}, spec.conf),
                              dict(spec.streams), str(layout.spout_log_dir(spec.id)), bounds,
                              settings.acks_on_emit, spec.parallelism, fused, spout_task,
                              notices, settings.spout_max_pending(spec.conf))
