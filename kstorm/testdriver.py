@@ -124,6 +124,7 @@ from kstorm.windowing._task import WindowedTask
 from kstorm.windowing.aggregate import AggregateWindows, late_mask, merge, partials
 from kstorm.windowing.bolt import acks_on_arrival
 from kstorm.windowing.durations import Duration
+from kstorm.windowing.sessions import bind_session_keys
 
 __all__ = ["TopologyTestDriver"]
 
@@ -951,8 +952,8 @@ class TopologyTestDriver:
         return rows
 
     def _window_task(self, component: str, task: int, chunks: _Chunks) -> WindowedTask:
-        config = self.topology.components[component].component.window_config
         spec = self.topology.components[component]
+        config = bind_session_keys(spec.component.window_config, spec.inputs, component)
         inputs = [f"{g.component}:{g.stream}" for g in spec.inputs
                   if source_kind(self.topology.components[g.component].component) != "kafka"]
         store = (PersistentTuples(chunks, config.max_events_in_memory)

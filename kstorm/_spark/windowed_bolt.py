@@ -51,6 +51,7 @@ from kstorm.windowing._store import PersistentTuples
 from kstorm.windowing._task import WindowedTask
 from kstorm.windowing.bolt import acks_on_arrival
 from kstorm.windowing.config import WindowConfig
+from kstorm.windowing.sessions import bind_session_keys
 
 STATE_KEY = "wbolt:{component}:{task}"  # its name in the sinks' stored state
 
@@ -275,7 +276,8 @@ def windowed_spec(topology: Any, plan: Any, stage: Any, settings: Any,
     from kstorm.windowing.durations import Duration
 
     spec = topology.components[stage.head]
-    config: WindowConfig = spec.component.window_config
+    config: WindowConfig = bind_session_keys(spec.component.window_config, spec.inputs,
+                                             stage.head)
     inputs = [f"{g.component}:{g.stream}" for g in spec.inputs
               if source_kind(topology.components[g.component].component) != "kafka"]
     continuous = settings.trigger is TriggerMode.CONTINUOUS

@@ -48,6 +48,7 @@ from kstorm.windowing._store import PersistentTuples, PersistentWindow
 from kstorm.windowing.config import WindowConfig
 from kstorm.windowing.durations import Count
 from kstorm.windowing.manager import WindowManager, default_source
+from kstorm.windowing.sessions import SessionWindowManager
 from kstorm.windowing.watermark import WatermarkTracker
 from kstorm.windowing.window import TupleWindow
 
@@ -160,7 +161,9 @@ class WindowedTask:
         self.store = store if config.persistent else None
         if self.store is not None:  # the manager holds refs; ids are not used (as in Storm)
             config = dataclasses.replace(config, message_id_field=None)
-        self.manager = WindowManager(config, source_of=source_of)
+        self.manager: WindowManager | SessionWindowManager = (
+            SessionWindowManager(config) if config.is_session  # with_session_window
+            else WindowManager(config, source_of=source_of))
         self.manager.record_released = tracked and self.store is None
         self.tracker = (WatermarkTracker(config.lag, interval=config.watermark_interval,
                                          streams=inputs, idle_timeout=config.idle_timeout)

@@ -210,6 +210,11 @@ class WindowedAggregate(WindowedBoltConfigMixin, BaseRichBolt):
                    "(kstorm.trigger.interval.ms) is its watermark interval")
             raise ConfigError(msg, hint="remove with_watermark_interval, or set "
                               "kstorm.trigger.interval.ms; a BaseWindowedBolt honours it")
+        if cfg.is_session:
+            msg = (f"{type(self).__name__} does not support session windows yet: its "
+                   "windows are compiled to Arrow operations on fixed bounds")
+            raise ConfigError(msg, hint="write a BaseWindowedBolt with "
+                              "with_session_window(gap) and aggregate in execute(window)")
         if not isinstance(cfg.window_length, Duration) or not isinstance(
                 cfg.sliding_interval, Duration):
             msg = (

@@ -16,7 +16,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Self
 
 from kstorm.errors import ConfigError
@@ -24,6 +24,7 @@ from kstorm.windowing.config import WindowConfig, as_timestamp_extractor
 from kstorm.windowing.durations import Count, Duration
 
 _SETTINGS = "_kstorm_window_settings"
+_NO_SESSION = {"session_gap": None, "session_max_duration": None, "session_key_fields": None}
 
 
 def _length(value: object, what: str) -> Count | Duration:
@@ -69,12 +70,47 @@ class WindowedBoltConfigMixin:
         """Sliding window of ``length``, evaluated every ``sliding`` (default: every tuple)."""
         length = _length(length, "window length")
         sliding = Count(1) if sliding is None else _length(sliding, "sliding interval")
-        return self._set(window_length=length, sliding_interval=sliding, tumbling=False)
+        return self._set(window_length=length, sliding_interval=sliding, tumbling=False,
+                         **_NO_SESSION)
 
     def with_tumbling_window(self, length: Count | Duration) -> Self:
         """Non-overlapping windows of ``length`` tuples or time."""
         length = _length(length, "window length")
-        return self._set(window_length=length, sliding_interval=length, tumbling=True)
+        return self._set(window_length=length, sliding_interval=length, tumbling=True,
+                         **_NO_SESSION)
+
+    def with_session_window(self, gap: Duration, max_duration: Duration | None = None, *,
+                            key_fields: Sequence[str] | None = None) -> Self:
+        """Session windows: bursts of activity separated by at least ``gap`` of silence.
+
+        Per task and per key, tuples whose timestamps are at most ``gap`` apart share a
+        session; a tuple that bridges two sessions merges them. A session fires
+        ``execute(window)`` once, when the watermark (event time) or the processing time
+        passes its end: its last tuple + ``gap``, or ``first + max_duration`` if that is
+        sooner (a tuple past it starts the next session). The key is ``key_fields`` or, by
+        default, the fields of the bolt's fields grouping (``()``: one session stream per
+        task). Rules in :mod:`kstorm.windowing.sessions`.
+
+        Example:
+            >>> class Bolt(WindowedBoltConfigMixin):
+            ...     pass
+            >>> cfg = Bolt().with_session_window(Duration.minutes(30), key_fields=["user"]
+            ...                                  ).window_config
+            >>> cfg.session_gap, cfg.session_key_fields
+            (Duration.millis(1800000), ('user',))
+        """
+        gap = _duration(gap, "session gap")
+        if max_duration is not None:
+            max_duration = _duration(max_duration, "session max duration")
+        if key_fields is not None:
+            if isinstance(key_fields, str):
+                msg = (f"key_fields must be a list of field names, got the string "
+                       f"{key_fields!r}: write key_fields=[{key_fields!r}]")
+                raise ConfigError(msg)
+            key_fields = tuple(key_fields)
+        return self._set(window_length=gap, sliding_interval=gap, tumbling=True,
+                         session_gap=gap, session_max_duration=max_duration,
+                         session_key_fields=key_fields)
 
     def with_window_boundaries(self, boundaries: str) -> Self:
         """Which bound of a time window holds a tuple exactly on it.

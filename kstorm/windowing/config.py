@@ -13,7 +13,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -165,6 +165,14 @@ class WindowConfig:
         boundaries: Which bound of a time window holds a tuple exactly on it:
             ``"end-inclusive"`` (Storm: ``end - length < ts <= end``, the default) or
             ``"start-inclusive"`` (Spark, Flink, Kafka Streams: ``start <= ts < end``).
+        session_gap: Session windows (``with_session_window``): tuples of one key whose
+            timestamps are at most this far apart share a session
+            (:mod:`kstorm.windowing.sessions`). ``window_length`` then equals the gap.
+        session_max_duration: A session holds tuples up to ``first + max_duration`` at most;
+            later ones start the next session (``None``: no bound).
+        session_key_fields: The fields a session is per key of; ``None``: the bolt's fields
+            grouping (bound by the runtime, :func:`~kstorm.windowing.sessions.bind_session_keys`),
+            ``()``: one session stream per task.
     """
 
     window_length: Count | Duration
@@ -180,8 +188,12 @@ class WindowConfig:
     max_events_in_memory: int | None = None
     idle_timeout: Duration | None = None
     boundaries: str = "end-inclusive"
+    session_gap: Duration | None = None
+    session_max_duration: Duration | None = None
+    session_key_fields: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
+        self._check_session()
         if self.boundaries not in BOUNDARIES:
             msg = f"window boundaries must be one of {BOUNDARIES}, got {self.boundaries!r}"
             raise ConfigError(msg)
@@ -240,6 +252,51 @@ class WindowConfig:
         if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
             msg = f"max_events_in_memory must be an int >= 1, got {n!r}"
             raise ConfigError(msg)
+
+    @classmethod
+    def session(cls, gap: Duration, max_duration: Duration | None = None,
+                key_fields: Sequence[str] | None = None, **options: Any) -> WindowConfig:
+        """Session windows of ``gap`` (see :mod:`kstorm.windowing.sessions`).
+
+        Example:
+            >>> cfg = WindowConfig.session(Duration.seconds(30), timestamp_field="ts")
+            >>> cfg.is_session, cfg.session_gap, cfg.window_length
+            (True, Duration.millis(30000), Duration.millis(30000))
+        """
+        return cls(gap, session_gap=gap, session_max_duration=max_duration,
+                   session_key_fields=None if key_fields is None else tuple(key_fields),
+                   **options)
+
+    def _check_session(self) -> None:
+        if self.session_gap is None:
+            if self.session_max_duration is not None or self.session_key_fields is not None:
+                msg = "session_max_duration and session_key_fields need a session_gap"
+                raise ConfigError(msg)
+            return
+        for name in ("session_gap", "session_max_duration"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, Duration) or value.ms <= 0):
+                msg = f"{name} must be a positive Duration, got {value!r}"
+                raise ConfigError(msg)
+        keys = self.session_key_fields
+        if keys is not None:
+            if isinstance(keys, str) or not all(isinstance(k, str) and k for k in keys):
+                msg = f"session key fields must be a sequence of field names, got {keys!r}"
+                raise ConfigError(msg)
+            object.__setattr__(self, "session_key_fields", tuple(keys))
+        if self.persistent or self.message_id_field is not None:
+            msg = ("session windows keep their tuples in the task's window state: "
+                   "with_persistence() and with_message_id_field() are not supported with "
+                   "with_session_window() yet")
+            raise ConfigError(msg)
+        object.__setattr__(self, "window_length", self.session_gap)
+        object.__setattr__(self, "sliding_interval", self.session_gap)
+        object.__setattr__(self, "tumbling", True)
+
+    @property
+    def is_session(self) -> bool:
+        """Whether the windows are session windows (``with_session_window``)."""
+        return self.session_gap is not None
 
     @property
     def is_event_time(self) -> bool:
