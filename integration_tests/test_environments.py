@@ -78,7 +78,8 @@ def _stored(runs: Runs) -> dict[str, int]:
 
 def _exact_after_a_kill(runs: Runs, truth: Counter[str]) -> None:
     runs.kill_at_random()
-    assert runs.finish() == 0, "\n".join(runs.timeline) + "\n" + runs.logs[-1].read_text()[-3000:]
+    assert runs.finish() == 0, ("\n".join(runs.timeline) + "\n"
+                                + runs.logs[-1].read_text()[-3000:])
     assert _stored(runs) == dict(truth), "\n".join(runs.timeline)
 
 
@@ -106,7 +107,8 @@ def test_word_count_exact_with_tmpdir_on_another_file_system_and_no_usable_home(
     home.write_text("")
     try:
         assert os.stat(tmpdir).st_dev != os.stat(tmp_path).st_dev
-        env = {"TMPDIR": str(tmpdir), "HOME": str(home), "KSTORM_CACHE_DIR": "", "XDG_CACHE_HOME": ""}
+        env = {"TMPDIR": str(tmpdir), "HOME": str(home), "KSTORM_CACHE_DIR": "",
+               "XDG_CACHE_HOME": ""}
         runs, truth = _word_count(kafka, redis_server, produce, tmp_path, env)
         _exact_after_a_kill(runs, truth)
     finally:
