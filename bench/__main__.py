@@ -77,7 +77,7 @@ def ensure_class_cache(master: str, log: Callable[[str], None]) -> None:
     kstorm records it on its first run anyway; the benchmark measures the start-up a
     topology sees on every later start (README, "Start-up").
     """
-    from kstorm._spark import launch
+    from kstorm._spark.speedups import launch
 
     if launch.class_archive_state() == "ready":
         return

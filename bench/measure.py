@@ -92,7 +92,7 @@ def role(pid: int) -> str:
     except OSError:
         return "other"
     text = b" ".join(argv).decode(errors="replace")
-    if b"kstorm._spark.zygote" in argv:  # forked from kstorm's zygote: named after its module
+    if b"kstorm._spark.speedups.zygote" in argv:  # forked from kstorm's zygote: its module
         try:
             name = Path(f"/proc/{pid}/comm").read_text().strip()
         except OSError:

@@ -60,7 +60,7 @@ def parse_line(line: str) -> tuple[str, list[str], int]:
     processes = [p for p in parts if p.startswith("process ")]
     frames = [p for p in parts if not p.startswith("process ")]
     last = processes[-1] if processes else ""
-    if "kstorm._spark.zygote" in last:  # forked from kstorm's zygote: its command line
+    if "kstorm._spark.speedups.zygote" in last:  # forked from kstorm's zygote: its command line
         # the worker daemon and its workers run _kstorm_daemon; planners, the source runner
         # and the zygote itself do not
         kind = WORKERS if any("_kstorm_daemon.py" in f for f in frames) else HELPERS

@@ -39,7 +39,7 @@ def fmt_s(seconds: float | None) -> str:
 
 
 def _class_cache() -> str:
-    from kstorm._spark import launch
+    from kstorm._spark.speedups import launch
 
     return launch.class_archive_state()
 

@@ -2,7 +2,7 @@
 
 Over a 20-batch run, each bolt instance is prepared once and reused by later batches: a
 stage's partition runs in the Python worker that first ran it, whichever worker Spark gives
-it to (``kstorm/_spark/affinity.py``), so ``prepare`` runs once per task and upstream
+it to (``kstorm/_spark/speedups/affinity.py``), so ``prepare`` runs once per task and upstream
 partition for a shuffle grouping (its tuples are spread over the tasks within each
 partition) and once per task for a fields grouping, not once per batch or per worker.
 Progress counts the preparations. ``cleanup`` is not called between batches, and is called

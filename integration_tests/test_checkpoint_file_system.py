@@ -1,6 +1,6 @@
 """kstorm's local file system for Spark's checkpoint files, in the test session's JVM.
 
-``kstorm/_spark/hadoop_fs.py``: with a local master, Hadoop's FileContext writes ``file:``
+``kstorm/_spark/speedups/hadoop_fs.py``: with a local master, Hadoop's FileContext writes ``file:``
 paths through ``kstorm.hadoop.NoForkLocalFs``, which sets permissions and recognises links
 with ``java.nio`` instead of running ``chmod`` and ``readlink``. These tests drive it the
 way Spark's checkpoint file manager does (create a temporary file, rename it into place) and
@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from py4j.protocol import Py4JJavaError
 
-from kstorm._spark.hadoop_fs import FS_CLASS
+from kstorm._spark.speedups.hadoop_fs import FS_CLASS
 
 pytestmark = pytest.mark.integration
 

@@ -26,7 +26,7 @@ from _runs import Runs
 from topologies import sentence_records
 
 from kstorm._kafka.client import create_topic
-from kstorm._spark import jvm_tmp
+from kstorm._spark.speedups import jvm_tmp
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

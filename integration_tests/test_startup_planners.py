@@ -3,7 +3,7 @@
 In a process of its own (a JVM kstorm starts): Spark's lookup of pip-installed Python data
 sources is not run, and the read planner's worker, started by kstorm while the query
 starts, is the one Spark plans the first batch with (no second worker); every row arrives;
-the bolts run in Python workers forked from kstorm's zygote (kstorm/_spark/zygote.py);
+the bolts run in Python workers forked from kstorm's zygote (kstorm/_spark/speedups/zygote.py);
 MLlib's session extension is applied after the topology's first batch, not as the session
 is built, and its functions then work (``session.DEFERRED_EXTENSIONS``); the JVM's
 temporary files go to a directory of its driver's own (``jvm_tmp.py``).

@@ -137,8 +137,8 @@ def warm_up(master: str, if_needed: bool) -> None:
     import tempfile
     import time
 
-    from kstorm._spark import launch
     from kstorm._spark.java import check_java
+    from kstorm._spark.speedups import launch
 
     if if_needed and launch.class_archive_state() == "ready":
         click.echo("JVM class cache: ready (nothing to do)")
@@ -250,7 +250,7 @@ def submit(target: str, master: str | None, conf_file: Path | None,
     import tempfile
 
     from kstorm import launcher
-    from kstorm._spark.launch import spark_submit_command
+    from kstorm._spark.speedups.launch import spark_submit_command
 
     with tempfile.TemporaryDirectory(prefix="kstorm-submit-") as tmp:
         archive = Path(tmp) / "project.zip"
@@ -278,11 +278,11 @@ def _with_private_jvm_tmpdir(environ: Mapping[str, str]) -> dict[str, str]:
     spark-submit starts its JVM itself (the driver, in client deploy mode), with ``/tmp`` for
     its temporary files, and a run left a Python-worker socket file there every time. Its
     JVM gets a directory of its own instead, locked by this process while spark-submit runs
-    and removed by the next kstorm start after it (``kstorm/_spark/jvm_tmp.py``).
+    and removed by the next kstorm start after it (``kstorm/_spark/speedups/jvm_tmp.py``).
     ``SPARK_SUBMIT_OPTS`` goes before ``spark.driver.extraJavaOptions`` on the JVM's command
     line, so a ``java.io.tmpdir`` set there (or already in ``SPARK_SUBMIT_OPTS``) wins.
     """
-    from kstorm._spark import jvm_tmp
+    from kstorm._spark.speedups import jvm_tmp
 
     env = dict(environ)
     current = env.get("SPARK_SUBMIT_OPTS", "")

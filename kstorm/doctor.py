@@ -172,7 +172,7 @@ def broker() -> Check:
 
 def class_cache() -> Check:
     """The JVM class cache ``kstorm warm-up`` records (optional: faster Spark starts)."""
-    from kstorm._spark.launch import cache_dir, class_archive_state
+    from kstorm._spark.speedups.launch import cache_dir, class_archive_state
 
     state = class_archive_state()
     found = f"{state} ({cache_dir()})"
@@ -193,8 +193,8 @@ def spark_python() -> Check:
     """
     import os
 
-    from kstorm._spark import zygote
     from kstorm._spark.session import other_spark_python
+    from kstorm._spark.speedups import zygote
 
     name = "Spark's Python"
     where = other_spark_python()

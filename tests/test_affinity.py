@@ -1,4 +1,4 @@
-"""Task affinity between Python worker processes (``kstorm/_spark/affinity.py``).
+"""Task affinity between Python worker processes (``kstorm/_spark/speedups/affinity.py``).
 
 A partition runs in the process that first ran it (its owner) while that process lives;
 another process given the partition forwards its rows there and yields what the owner's
@@ -16,7 +16,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from kstorm._spark.affinity import (
+from kstorm._spark.speedups.affinity import (
     Affinity,
     ForwardError,
     Request,
@@ -135,7 +135,7 @@ def test_files_of_gone_processes_and_past_runs_are_removed(tmp_path: Path) -> No
     import fcntl
     import time
 
-    from kstorm._spark.affinity import STALE_OWNER_S, _remove_stale
+    from kstorm._spark.speedups.affinity import STALE_OWNER_S, _remove_stale
 
     dead = tmp_path / "9999999-a.sock"  # above the kernel's pid_max: never a live process
     live = tmp_path / f"{os.getpid()}-b.sock"
@@ -164,7 +164,7 @@ def _serve_and_report(directory: str, ready: object, released: object) -> None:
 
 
 def test_a_stopped_runs_release_reaches_every_serving_worker(tmp_path: Path) -> None:
-    from kstorm._spark.affinity import broadcast_release
+    from kstorm._spark.speedups.affinity import broadcast_release
 
     ctx = multiprocessing.get_context("fork")
     workers = []

@@ -171,10 +171,11 @@ def test_profile_lines_are_bucketed_by_process_and_code() -> None:
            'manager (daemon.py:275) 3'
     assert bucket(*parse_line(idle)[:2]) == "daemon waiting for tasks"
     zygote = ('process 1:"python -m bench.topology";'
-              'process 12:"python -m kstorm._spark.zygote 3 5.0";')
-    forked = zygote + ('<module> (kstorm/_spark/zygote.py:500);<module> (_kstorm_daemon.py:40);'
+              'process 12:"python -m kstorm._spark.speedups.zygote 3 5.0";')
+    forked = zygote + ('<module> (kstorm/_spark/speedups/zygote.py:500);'
+                       '<module> (_kstorm_daemon.py:40);'
                        'manager (daemon.py:275) 2')
     assert parse_line(forked)[0] == "python workers"  # a worker forked from the zygote
-    planner = zygote + ('<module> (kstorm/_spark/zygote.py:500);'
+    planner = zygote + ('<module> (kstorm/_spark/speedups/zygote.py:500);'
                         'main (pyspark/sql/worker/plan_data_source_read.py:90) 4')
     assert parse_line(planner)[0] == "python helpers (Spark)"

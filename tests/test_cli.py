@@ -190,7 +190,7 @@ def test_submit_gives_spark_submit_s_jvm_its_own_temporary_directory(
     import shutil
     import tempfile
 
-    from kstorm._spark import jvm_tmp
+    from kstorm._spark.speedups import jvm_tmp
 
     short = tempfile.mkdtemp(prefix="ksub-", dir="/tmp")  # tmp_path: too long (MAX_PATH)
     monkeypatch.setattr(tempfile, "tempdir", short)

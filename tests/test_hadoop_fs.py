@@ -1,4 +1,4 @@
-"""kstorm's jar (``kstorm/_spark/hadoop_fs.py``): built from the sources next to it."""
+"""kstorm's jar (``kstorm/_spark/speedups/hadoop_fs.py``): built from the sources next to it."""
 
 from __future__ import annotations
 
@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from kstorm._spark import hadoop_fs
+from kstorm._spark.speedups import hadoop_fs
 
 
 def test_the_committed_jar_was_built_from_the_committed_sources() -> None:
-    """Edit a .java file and forget `python -m kstorm._spark.hadoop_fs`: this fails."""
+    """Edit a .java file and forget `python -m kstorm._spark.speedups.hadoop_fs`: this fails."""
     assert hadoop_fs.jar_sources_digest() == hadoop_fs.sources_digest(), (
-        "kstorm/_spark/jvm/kstorm-hadoop.jar is out of date: run "
-        "`python -m kstorm._spark.hadoop_fs` (needs a JDK) and commit the jar")
+        "kstorm/_spark/speedups/jvm/kstorm-hadoop.jar is out of date: run "
+        "`python -m kstorm._spark.speedups.hadoop_fs` (needs a JDK) and commit the jar")
 
 
 def test_the_jar_holds_the_file_system_spark_is_told_to_use() -> None:

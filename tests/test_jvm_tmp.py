@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from kstorm._spark import jvm_tmp
+from kstorm._spark.speedups import jvm_tmp
 
 
 @pytest.fixture
@@ -38,7 +38,7 @@ def _driver(tmp: Path) -> subprocess.Popen[str]:
     """Another driver: makes and locks its directory, prints it, then waits."""
     code = ("import sys, tempfile, time\n"
             f"tempfile.tempdir = {str(tmp)!r}\n"
-            "from kstorm._spark import jvm_tmp\n"
+            "from kstorm._spark.speedups import jvm_tmp\n"
             "print(jvm_tmp.driver_tmpdir(), flush=True)\n"
             "time.sleep(60)\n")
     return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)

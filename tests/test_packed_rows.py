@@ -10,7 +10,7 @@ from kstorm._runtime.envelope import Packed, dumps, envelope_tuples, pack, to_ar
 from kstorm._runtime.executor import StageExecutor
 from kstorm._runtime.plan import compile_plan
 from kstorm._spark.commit import CommitPhase
-from kstorm._spark.gc_control import paused
+from kstorm._spark.speedups.gc_control import paused
 from kstorm.grouping import stable_hash, stable_hash_one
 from kstorm.testing import CaptureSink, ListSpout
 

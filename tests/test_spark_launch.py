@@ -1,4 +1,4 @@
-"""The fast-start environment of Spark's processes (``kstorm/_spark/launch.py``)."""
+"""The fast-start environment of Spark's processes (``kstorm/_spark/speedups/launch.py``)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from kstorm._spark import launch
+from kstorm._spark.speedups import launch
 
 
 def _fake_pyspark(root: Path) -> Path:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import os
 
-from kstorm._spark import hadoop_fs, session
+from kstorm._spark import session
 from kstorm._spark.session import spark_options, with_kstorm_jar
+from kstorm._spark.speedups import hadoop_fs
 from kstorm.config import TopologyConfig
 
 RAW = "org.apache.hadoop.fs.local.RawLocalFs"
@@ -70,7 +71,8 @@ def test_python_processes_talk_to_the_jvm_over_unix_domain_sockets() -> None:
 def test_the_socket_directory_is_a_proven_one_or_the_sockets_are_off(monkeypatch) -> None:
     from pathlib import Path
 
-    from kstorm._spark import jvm_tmp, session
+    from kstorm._spark import session
+    from kstorm._spark.speedups import jvm_tmp
 
     on = {"spark.python.unix.domain.socket.enabled": "true"}
     monkeypatch.setattr(jvm_tmp, "socket_dir", lambda: (Path("/tmp/k/1-a"), ""))

@@ -1,4 +1,4 @@
-"""The zygote Spark's Python processes are forked from (kstorm/_spark/zygote.py).
+"""The zygote Spark's Python processes are forked from (kstorm/_spark/speedups/zygote.py).
 
 Real processes, no Spark: the launcher is run as Spark runs Python (``launcher -m module
 args``) with a probe module, against a real zygote.
@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from kstorm._spark import session, zygote
+from kstorm._spark import session
+from kstorm._spark.speedups import zygote
 from kstorm.config import TopologyConfig
 
 pytestmark = pytest.mark.skipif(not zygote.supported(), reason="the zygote needs Linux")
@@ -181,7 +182,7 @@ def test_a_killed_driver_leaves_nothing_behind(tmp_path) -> None:
     cache = tmp_path / "cache"
     driver = subprocess.Popen(  # a driver that starts its zygote, then is SIGKILLed
         [sys.executable, "-c", "import time\n"
-         "from kstorm._spark import zygote\n"
+         "from kstorm._spark.speedups import zygote\n"
          "print(zygote.launcher(), zygote.address(), flush=True)\n"
          "zygote.ensure_running()\n"
          "print(zygote._proc.pid, flush=True)\ntime.sleep(60)"],
@@ -202,7 +203,7 @@ def test_drivers_share_one_launcher(tmp_path, monkeypatch) -> None:
     first = zygote.launcher()
     assert first is not None and first == zygote.launcher()
     assert os.stat(first).st_mode & 0o777 == 0o700
-    other = subprocess.run([sys.executable, "-c", "from kstorm._spark import zygote\n"
+    other = subprocess.run([sys.executable, "-c", "from kstorm._spark.speedups import zygote\n"
                             "print(zygote.launcher(), zygote.address())"],
                            capture_output=True, text=True, check=True).stdout.split()
     assert other[0] == first and other[1] != zygote.address()

@@ -38,7 +38,7 @@ from kstorm._runtime.envelope import (
     to_arrow,
 )
 from kstorm._runtime.plan import AckingPlan
-from kstorm._spark.gc_control import freeze_imports
+from kstorm._spark.speedups.gc_control import freeze_imports
 from kstorm._spark.stage import task_of_key
 from kstorm.acking.acker import run_acker_batch, stale_roots
 from kstorm.acking.ledger import AckerEntry

@@ -95,8 +95,8 @@ from kstorm._runtime.transaction import (
 )
 from kstorm._spark import txspout_source as txspout
 from kstorm._spark.batch_rows import ArrowRows
-from kstorm._spark.gc_control import paused
 from kstorm._spark.offset_log import read_batch
+from kstorm._spark.speedups.gc_control import paused
 from kstorm._spark.windowed_bolt import state_key
 from kstorm.config import TopologyConfig
 from kstorm.errors import KstormError, SinkError, SourceError, StateError

@@ -143,7 +143,7 @@ def _release_version(java: Path) -> tuple[str, int] | None:
 
 
 def _error(found: str) -> JavaError:
-    from kstorm._spark.launch import log_path
+    from kstorm._spark.speedups.launch import log_path
 
     msg = f"Spark needs Java 17 or 21, found {found}; Spark's log: {log_path()}"
     return JavaError(msg, hint=INSTALL_HINT)

@@ -54,7 +54,7 @@ from kstorm._kafka.offsets import (
     to_json,
 )
 from kstorm._runtime.envelope import ATTEMPT_COLUMN, CLOCK_COLUMN, PLANNED_COLUMN
-from kstorm._spark.gc_control import freeze_imports
+from kstorm._spark.speedups.gc_control import freeze_imports
 from kstorm.acking.replay import SpoutBook, next_batch, read_marks
 from kstorm.acking.replay import marks as acking_marks
 from kstorm.errors import ConfigError

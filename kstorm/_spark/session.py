@@ -16,9 +16,10 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from kstorm._spark import hadoop_fs, jvm_tmp, launch, speedups, zygote
+from kstorm._spark import speedups
 from kstorm._spark.java import check_java
-from kstorm._spark.launch import log_path
+from kstorm._spark.speedups import hadoop_fs, jvm_tmp, launch, zygote
+from kstorm._spark.speedups.launch import log_path
 from kstorm.config import TopologyConfig
 from kstorm.errors import ConfigError
 
@@ -171,7 +172,7 @@ def unix_socket_options(options: dict[str, str], user: dict[str, str]) -> dict[s
 
 def launch_options(settings: TopologyConfig, *, record_class_cache: bool = False,
                    app_name: str = "kstorm") -> dict[str, str]:
-    """:func:`spark_options` plus the fast-start environment (``kstorm/_spark/launch.py``).
+    """:func:`spark_options` plus the fast-start environment (``_spark/speedups/launch.py``).
 
     Call it right before creating the session: it sets ``SPARK_HOME`` (unless the user
     did) and the Python executables in this process's environment, which the JVM inherits.
@@ -371,8 +372,8 @@ def _spark_context(conf: Any) -> Any:
 
 
 # Session extensions applied after the first batch, not as the session is built
-# (jvm/src/kstorm/spark/DeferredSessionExtensions.java): MLlib's registers two SQL functions
-# (vector_to_array, array_to_vector) with Scala reflection, ~1 s of CPU on the way to the
+# (speedups/jvm/src/kstorm/spark/DeferredSessionExtensions.java): MLlib's registers two SQL
+# functions (vector_to_array, array_to_vector) with Scala reflection, ~1 s of CPU on the way to the
 # first result, for functions a topology does not use.
 DEFERRED_EXTENSIONS = ("org.apache.spark.sql.ml.InternalFunctionRegistration",)
 DEFERRED_WAIT_S = 60.0  # applied then at the latest, whether or not a query has run
@@ -815,13 +816,13 @@ def _import_numpy_check() -> None:
 
 
 def _warm_workers(spark: SparkSession) -> None:
-    """Start Spark's Python workers in the background (``kstorm/_spark/warmup.py``).
+    """Start Spark's Python workers in the background (``_spark/speedups/warmup.py``).
 
     Not waited for: the topology compiles and its query starts meanwhile (the session state
     is built once, by whichever needs it first). Waiting until the warm-up job ran cost the
     first result ~0.4 s (2026-11-27, the standard run: 6.8 s -> 6.4 s without the wait).
     """
-    from kstorm._spark.warmup import warm_up
+    from kstorm._spark.speedups.warmup import warm_up
 
     _in_background(warm_up, spark)
 

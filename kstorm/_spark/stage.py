@@ -43,7 +43,7 @@ from kstorm._runtime.envelope import (
 from kstorm._runtime.executor import StageExecutor
 from kstorm._runtime.plan import AckingPlan, Plan
 from kstorm._runtime.transaction import ATTEMPT_PROPERTY, DEAD_LETTER_PROPERTY
-from kstorm._spark.affinity import (
+from kstorm._spark.speedups.affinity import (
     AFFINITY,
     Request,
     broadcast_release,
@@ -51,7 +51,7 @@ from kstorm._spark.affinity import (
     forward,
     forwarded_task,
 )
-from kstorm._spark.gc_control import freeze_imports
+from kstorm._spark.speedups.gc_control import freeze_imports
 from kstorm._spark.tws_map import BinaryMap
 from kstorm.config import TopologyConfig
 from kstorm.grouping import GroupingKind
@@ -389,8 +389,9 @@ class StageRunner:
     """``mapInArrow`` function of a stateless stage.
 
     Each partition of the stage runs in the Python worker that first ran it, on the bolt
-    instances that worker prepared, while that worker lives (``kstorm/_spark/affinity.py``):
-    the worker Spark gives the partition to forwards it there.
+    instances that worker prepared, while that worker lives
+    (``kstorm/_spark/speedups/affinity.py``): the worker Spark gives the partition to
+    forwards it there.
     """
 
     def __init__(self, ctx: StageContext) -> None:

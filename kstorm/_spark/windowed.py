@@ -35,7 +35,7 @@ from kstorm._runtime.envelope import (
     to_arrow,
     window_dest,
 )
-from kstorm._spark.gc_control import freeze_imports
+from kstorm._spark.speedups.gc_control import freeze_imports
 from kstorm._spark.stage import StageContext, arrivals
 from kstorm.windowing.aggregate import (
     AggregateSpec,

@@ -34,7 +34,7 @@ from typing import Any
 import pyarrow as pa
 
 from kstorm._runtime.envelope import NOW_COLUMN, Outgoing, state_dest, to_arrow
-from kstorm._spark.gc_control import freeze_imports
+from kstorm._spark.speedups.gc_control import freeze_imports
 from kstorm._spark.stage import (
     MapStateKeyValue,
     StageContext,

@@ -65,7 +65,7 @@ PRELOAD = ("pyspark.daemon", "pyspark.worker", "pyspark.sql.worker.create_data_s
            "kstorm", "kstorm._spark.kafka_source", "_kstorm_daemon")
 
 LAUNCHER = '''#!{exe} -IS
-"""kstorm's launcher for Spark's Python processes (kstorm/_spark/zygote.py).
+"""kstorm's launcher for Spark's Python processes (kstorm/_spark/speedups/zygote.py).
 
 It starts on every process Spark starts: only C modules (``_socket``, ``_signal``), no
 ``socket``/``signal``/``struct`` (their imports cost as much again as the interpreter).
@@ -187,7 +187,7 @@ def launcher() -> str | None:
     exe = os.path.abspath(sys.executable)
     if not supported() or len(exe) > 120:
         return None  # a shebang line has a length limit
-    from kstorm._spark.launch import cache_dir
+    from kstorm._spark.speedups.launch import cache_dir
 
     text = LAUNCHER.format(exe=exe, env=ENV)
     folder = cache_dir() / "zygote"
@@ -252,7 +252,7 @@ def ensure_running(idle_s: float = IDLE_S) -> None:
         env = dict(os.environ)
         env["PYTHONHASHSEED"] = env.get("PYTHONHASHSEED", "0")  # what SparkContext gives
         env["PYTHONUNBUFFERED"] = "YES"
-        from kstorm._spark.launch import log_path
+        from kstorm._spark.speedups.launch import log_path
 
         # bound here, so a launcher can connect while the zygote is still importing
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -264,7 +264,7 @@ def ensure_running(idle_s: float = IDLE_S) -> None:
                 atexit.register(stop)
                 _stop_registered = True
             _proc = subprocess.Popen(  # noqa: S603
-                [sys.executable, "-m", "kstorm._spark.zygote", str(listener.fileno()),
+                [sys.executable, "-m", "kstorm._spark.speedups.zygote", str(listener.fileno()),
                  str(idle_s)],
                 stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=err, env=env,
                 cwd=os.getcwd(), pass_fds=(listener.fileno(),))

@@ -72,7 +72,7 @@ PRIVATE_MEMBERS = {
     "kstorm/_spark/tws_map.py": ("_mapStateClient", "_stateful_processor_api_client"),
     "kstorm/_spark/session.py": ("._gateway", "._jsc", "._jvm", "_private_field",
                                  "_worker_calls", "dataSourceBuilders_$eq", "setAccessible"),
-    "kstorm/_spark/zygote.py": ("_run_exitfuncs", "_run_module_as_main"),
+    "kstorm/_spark/speedups/zygote.py": ("_run_exitfuncs", "_run_module_as_main"),
 }
 
 _said: set[str] = set()

@@ -11,7 +11,7 @@ which is most of the ``walCommit`` and ``commitOffsets`` phases (~20 ms each).
 link recognised through ``java.nio`` (everything else is Hadoop's code);
 ``jvm/src/kstorm/spark/*.java`` the class loader a session kstorm starts is built with
 (``session.DEFERRED_EXTENSIONS``). ``jvm/kstorm-hadoop.jar`` holds their classes, built by
-``python -m kstorm._spark.hadoop_fs`` (needs a JDK) and committed, so no JDK is needed to
+``python -m kstorm._spark.speedups.hadoop_fs`` (needs a JDK) and committed, so no JDK is needed to
 run kstorm. The jar records a digest of the
 sources it was built from (:func:`jar_sources_digest`); a unit test checks it against the
 sources.

@@ -48,7 +48,7 @@ from typing import BinaryIO
 
 import pyarrow as pa
 
-from kstorm._spark.jvm_tmp import pid_alive
+from kstorm._spark.speedups.jvm_tmp import pid_alive
 from kstorm.errors import KstormError
 
 log = logging.getLogger("kstorm.affinity")

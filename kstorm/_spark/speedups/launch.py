@@ -36,8 +36,8 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
-from kstorm._spark import hadoop_fs
-from kstorm._spark.jvm_tmp import pid_alive, private_dir
+from kstorm._spark.speedups import hadoop_fs
+from kstorm._spark.speedups.jvm_tmp import pid_alive, private_dir
 
 log = logging.getLogger("kstorm")
 
@@ -288,6 +288,6 @@ def spark_submit_command(target: str, archive: Path, submit_args: Iterable[str],
     import pyspark
 
     home = Path(pyspark.__file__).parent
-    main = Path(__file__).resolve().parent.parent / "_submit_main.py"
+    main = Path(__file__).resolve().parents[2] / "_submit_main.py"
     return [str(home / "bin" / "spark-submit"), "--py-files", str(archive), *submit_args,
             str(main), target, *run_args]
