@@ -27,9 +27,7 @@ def check_pyspark(version: str | None = None) -> str:
         kstorm.errors.MissingDependencyError: kstorm needs pyspark 4.2 or newer 4.x; ...
     """
     if version is None:
-        import pyspark
-
-        version = pyspark.__version__
+        version = _installed_pyspark_version()
     parts = tuple(int(p) for p in version.split(".")[:2] if p.isdigit())
     if MINIMUM_PYSPARK <= parts < MAXIMUM_PYSPARK:
         return version
@@ -40,6 +38,27 @@ def check_pyspark(version: str | None = None) -> str:
                if parts < MINIMUM_PYSPARK else "a major release kstorm was not built for")
     msg = f"kstorm needs pyspark 4.2 or newer 4.x; found {version}, {missing}"
     raise MissingDependencyError(msg, hint="pip install 'pyspark>=4.2,<5'")
+
+
+def _installed_pyspark_version() -> str:
+    """The pyspark version, without importing pyspark where its metadata says it.
+
+    Spark's worker daemon (``speedups/daemon.py``) imports this package before it puts the
+    installed pyspark ahead of Spark's ``pyspark.zip``, so this must not import pyspark: an
+    imported one would be the zip's. A pyspark already imported, or one without metadata
+    (a Spark distribution on ``PYTHONPATH``), is asked directly.
+    """
+    import sys
+
+    module = sys.modules.get("pyspark")
+    if module is None:
+        from importlib import metadata
+
+        try:
+            return metadata.version("pyspark")
+        except metadata.PackageNotFoundError:
+            import pyspark as module
+    return str(module.__version__)
 
 
 check_pyspark()

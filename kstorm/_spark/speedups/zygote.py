@@ -369,7 +369,9 @@ def _preload() -> None:
 
     for name in PRELOAD:
         try:
-            importlib.import_module(name)
+            module = importlib.import_module(name)
+            for public in getattr(module, "__all__", ()) if name == "kstorm" else ():
+                getattr(module, public)  # kstorm imports its public names on first use
         except Exception as exc:  # noqa: BLE001 - a child imports it again and says why
             print(f"kstorm zygote: cannot preload {name}: {exc}", file=sys.stderr)
 
