@@ -61,9 +61,9 @@ def parse_line(line: str) -> tuple[str, list[str], int]:
     frames = [p for p in parts if not p.startswith("process ")]
     last = processes[-1] if processes else ""
     if "kstorm._spark.speedups.zygote" in last:  # forked from kstorm's zygote: its command line
-        # the worker daemon and its workers run _kstorm_daemon; planners, the source runner
+        # the worker daemon and its workers run speedups/daemon.py; planners, the source runner
         # and the zygote itself do not
-        kind = WORKERS if any("_kstorm_daemon.py" in f for f in frames) else HELPERS
+        kind = WORKERS if any("speedups/daemon.py" in f for f in frames) else HELPERS
     elif last.endswith(" pyspark.worker\"") or last.endswith("daemon\""):  # any daemon module
         kind = WORKERS
     elif "bench.topology" in last or len(processes) == 1:  # py-spy's root is the driver

@@ -62,7 +62,7 @@ ARG PIP_NO_INDEX=
 COPY docker/wheelhouse /wheels
 RUN pip install --find-links /wheels "pyspark==${PYSPARK_VERSION}"
 
-COPY pyproject.toml README.md _kstorm_daemon.py /src/
+COPY pyproject.toml README.md /src/
 COPY kstorm /src/kstorm
 COPY serdes /src/serdes
 COPY sinks /src/sinks

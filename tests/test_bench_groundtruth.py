@@ -173,7 +173,7 @@ def test_profile_lines_are_bucketed_by_process_and_code() -> None:
     zygote = ('process 1:"python -m bench.topology";'
               'process 12:"python -m kstorm._spark.speedups.zygote 3 5.0";')
     forked = zygote + ('<module> (kstorm/_spark/speedups/zygote.py:500);'
-                       '<module> (_kstorm_daemon.py:40);'
+                       '<module> (kstorm/_spark/speedups/daemon.py:40);'
                        'manager (daemon.py:275) 2')
     assert parse_line(forked)[0] == "python workers"  # a worker forked from the zygote
     planner = zygote + ('<module> (kstorm/_spark/speedups/zygote.py:500);'

@@ -19,6 +19,7 @@ from pyspark.sql import SparkSession
 from kstorm._spark import speedups
 from kstorm._spark.java import check_java
 from kstorm._spark.speedups import hadoop_fs, jvm_tmp, launch, zygote
+from kstorm._spark.speedups.daemon import DAEMON_MODULE
 from kstorm._spark.speedups.launch import log_path
 from kstorm.config import TopologyConfig
 from kstorm.errors import ConfigError
@@ -67,8 +68,8 @@ def spark_options(settings: TopologyConfig, app_name: str = "kstorm") -> dict[st
         # sockets instead of TCP on localhost (bench/results/standard.md). Their directory
         # is proven first (unix_socket_options); a cluster's executors keep Spark's TCP.
         "spark.python.unix.domain.socket.enabled": "true" if local else "",
-        # workers import the installed (compiled) pyspark, not pyspark.zip: _kstorm_daemon.py
-        "spark.python.daemon.module": "_kstorm_daemon",
+        # workers import the installed (compiled) pyspark, not pyspark.zip: speedups/daemon.py
+        "spark.python.daemon.module": DAEMON_MODULE,
         "spark.sql.adaptive.enabled": "false",
         # Local checkpoints without Hadoop's .crc side files: every micro-batch writes an
         # offset-log and a commit-log file through FileContext (temp file, then rename), and

@@ -62,7 +62,7 @@ PRELOAD = ("pyspark.daemon", "pyspark.worker", "pyspark.sql.worker.create_data_s
            # where the runner's path starts with a zip, whose directory it reads first)
            "pyspark.sql.streaming.transform_with_state_driver_worker",
            "pyspark.sql.streaming.proto.StateMessage_pb2",
-           "kstorm", "kstorm._spark.kafka_source", "_kstorm_daemon")
+           "kstorm", "kstorm._spark.kafka_source", "kstorm._spark.speedups.daemon")
 
 LAUNCHER = '''#!{exe} -IS
 """kstorm's launcher for Spark's Python processes (kstorm/_spark/speedups/zygote.py).
@@ -542,7 +542,7 @@ def process_name(argv: list[str]) -> str:
     """The name a child running ``python -m argv...`` gets (15 bytes at most).
 
     Example:
-        >>> process_name(["_kstorm_daemon", "pyspark.worker"])
+        >>> process_name(["kstorm._spark.speedups.daemon", "pyspark.worker"])
         'ks:worker'
         >>> process_name(["pyspark.sql.streaming.python_streaming_source_runner"])
         'ks:python_strea'

@@ -7,8 +7,11 @@ installed package). When that zip belongs to the installed pyspark (a pip instal
 files), this daemon moves the zips behind the installed package, then runs Spark's own daemon,
 so every worker it forks imports compiled pyspark.
 
-It lives outside the ``kstorm`` package on purpose: importing ``kstorm`` would import pyarrow,
-and the daemon must not start threads before it forks workers (see ``pyspark/daemon.py``).
+The daemon must not start threads before it forks workers (see ``pyspark/daemon.py``), nor
+import pyspark before it reorders the path: ``python -m`` of this module imports ``kstorm``,
+``kstorm._spark`` and ``kstorm._spark.speedups`` first, and none of them imports anything but
+the standard library (``kstorm`` resolves its public names on first use; ``kstorm._spark``
+reads pyspark's version from its metadata). ``tests/test_kstorm_daemon.py`` checks it.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ from __future__ import annotations
 import importlib.machinery
 import os
 import sys
+
+DAEMON_MODULE = "kstorm._spark.speedups.daemon"  # Spark's spark.python.daemon.module
 
 
 def prefer_installed_pyspark(path: list[str]) -> list[str]:
