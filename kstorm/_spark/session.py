@@ -80,7 +80,7 @@ def spark_options(settings: TopologyConfig, app_name: str = "kstorm") -> dict[st
         # local master, also without a chmod/readlink process per file (hadoop_fs.py); the
         # executors of a cluster do not have that class.
         "spark.hadoop.fs.AbstractFileSystem.file.impl":
-            hadoop_fs.FS_CLASS if local and speedups.enabled("hadoop-fs")
+            hadoop_fs.FS_CLASS if local and _hadoop_fs_proven()
             else "org.apache.hadoop.fs.local.RawLocalFs",
         "spark.driver.memory": "2g",
         "spark.sql.streaming.metricsEnabled": "false",
@@ -105,6 +105,16 @@ def spark_options(settings: TopologyConfig, app_name: str = "kstorm") -> dict[st
         options.update(worker_options(settings.workers, settings.spark_conf, master))
     options.update(settings.spark_conf)
     return {k: v for k, v in options.items() if v != ""}
+
+
+def _hadoop_fs_proven() -> bool:
+    """Whether the hadoop-fs speed-up is on and its jar holds its class (hadoop_fs.proof)."""
+    if not speedups.enabled("hadoop-fs"):
+        return False
+    why = hadoop_fs.proof()
+    if why is not None:
+        speedups.say_off("hadoop-fs", why)
+    return why is None
 
 
 def worker_options(workers: int, spark_conf: dict[str, str], master: str) -> dict[str, str]:
@@ -199,6 +209,10 @@ def launch_options(settings: TopologyConfig, *, record_class_cache: bool = False
             os.environ["SPARK_HOME"] = str(home)
     if (settings.spark_class_cache and "SPARK_HOME" in os.environ
             and speedups.enabled("class-cache")):
+        why = launch.class_cache_proof(Path(os.environ["SPARK_HOME"]), cache)
+        if why is not None:
+            speedups.say_off("class-cache", why)
+            return options
         try:
             extra = launch.class_archive_options(Path(os.environ["SPARK_HOME"]), cache,
                                                  record=record_class_cache)
@@ -488,7 +502,13 @@ def zygote_wanted(settings: TopologyConfig) -> bool:
         return False
     if other_spark_python() is not None:
         return False
-    return zygote.launcher() is not None
+    if zygote.launcher() is None:
+        return False
+    why = zygote.proof()
+    if why is not None:
+        speedups.say_off("zygote", why)
+        return False
+    return True
 
 
 def other_spark_python() -> str | None:

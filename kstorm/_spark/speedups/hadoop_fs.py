@@ -47,6 +47,26 @@ DIGEST_ENTRY = "META-INF/kstorm-hadoop.sources.sha256"
 _STAMP = (1980, 1, 1, 0, 0, 0)  # fixed entry times: the same classes give the same jar
 
 
+def proof(jar: Path = JAR) -> str | None:
+    """Why Hadoop cannot load :data:`FS_CLASS` from ``jar``, or None when it can.
+
+    The option naming the class is set before the JVM starts, so the proof is the jar's: a
+    readable zip holding the class file. A JVM that cannot load it would fail the first
+    checkpoint write; one that lacks the jar never gets the option.
+    """
+    entry = FS_CLASS.replace(".", "/") + ".class"
+    try:
+        with zipfile.ZipFile(jar) as archive:
+            if archive.getinfo(entry).file_size == 0:
+                return f"{entry} in {jar} is empty"
+            archive.read(entry)
+    except KeyError:
+        return f"{jar} holds no {entry}"
+    except (OSError, zipfile.BadZipFile) as exc:
+        return f"cannot read {jar} ({exc})"
+    return None
+
+
 def sources_digest(root: Path = SOURCES) -> str:
     """sha256 over every ``.java`` file under ``root`` (relative path and bytes)."""
     digest = hashlib.sha256()

@@ -99,6 +99,23 @@ def class_archive_options(spark_home: Path, cache: Path, *, record: bool = False
     return f"-XX:ArchiveClassesAtExit={partial} {quiet}"
 
 
+def class_cache_proof(spark_home: Path, cache: Path) -> str | None:
+    """Why the class cache cannot be used here, or None.
+
+    A ready archive is used where it is (a read-only image's, too); without one, ``cache``
+    must be a directory this process can write, or there is nothing to record or claim.
+    """
+    if _archive_path(spark_home, cache).is_file():
+        return None
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".probe-", dir=_made(cache))
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        return f"its directory {cache} cannot be written ({exc.strerror or exc})"
+    return None
+
+
 def class_archive_state(cache: Path | None = None) -> str:
     """``"ready"``, ``"recording"`` (a running or exiting JVM will write it) or ``"absent"``.
 

@@ -156,6 +156,61 @@ def supported() -> bool:
         hasattr(os, "fork")
 
 
+_proof: list[str | None] = []  # this process's proof, once
+
+
+def proof() -> str | None:
+    """Why the zygote cannot work here, or None once it proved it can (once per process).
+
+    What every fork of the zygote needs, tried once: bind a socket in the abstract namespace,
+    fork a child, hand it a descriptor over a Unix socket (``SCM_RIGHTS``) with the sender's
+    credentials readable (``SO_PEERCRED``), and read back the byte the child writes to it.
+    """
+    if not _proof:
+        try:
+            _proof.append(_fork_and_exchange())
+        except OSError as exc:
+            _proof.append(f"fork and exchange failed here ({exc})")
+    return _proof[0]
+
+
+def _fork_and_exchange(timeout_s: float = 10.0) -> str | None:
+    import select
+    import warnings
+
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.bind(f"\0kstorm-zygote-proof-{os.getpid()}-{secrets.token_hex(4)}")
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    r, w = os.pipe()
+    try:
+        with warnings.catch_warnings():  # the child only moves a byte and exits
+            warnings.simplefilter("ignore", DeprecationWarning)
+            pid = os.fork()
+        if pid == 0:  # the child: the byte, back through the descriptor it was given
+            code = 1
+            try:
+                msg, ancillary, _, _ = theirs.recvmsg(1, socket.CMSG_SPACE(4))
+                fd = int.from_bytes(ancillary[0][2][:4], sys.byteorder)
+                code = 0 if os.write(fd, msg) == 1 else 1
+            finally:
+                os._exit(code)
+        try:
+            ours.sendmsg([b"k"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
+                                   w.to_bytes(4, sys.byteorder))])
+            if _peer_uid(ours) != os.getuid():
+                return "SO_PEERCRED does not name this user"
+            ready, _, _ = select.select([r], [], [], timeout_s)
+            got = os.read(r, 1) if ready else b""
+        finally:
+            os.waitpid(pid, 0)
+        return None if got == b"k" else "a forked child did not answer through a passed fd"
+    finally:
+        for fd in (r, w):
+            os.close(fd)
+        ours.close()
+        theirs.close()
+
+
 def address() -> str:
     """The zygote address of this process (fixed for its life: the JVM has it in its environment).
 
