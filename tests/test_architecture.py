@@ -202,3 +202,59 @@ def test_test_modules_have_unique_basenames() -> None:
     root = Path(__file__).resolve().parent.parent
     names = [p.name for d in ("tests", "integration_tests") for p in (root / d).glob("test_*.py")]
     assert sorted(n for n in set(names) if names.count(n) > 1) == []
+
+
+SPEEDUPS = "kstorm._spark.speedups"
+
+
+def _speedups_used(path: Path) -> set[tuple[str, str]]:
+    """(module of the speed-ups package, name) pairs a module outside it uses."""
+    tree = ast.parse(path.read_text())
+    aliases: dict[str, str] = {}
+    used: set[tuple[str, str]] = set()
+    submodules = {p.stem for p in (ROOT / "kstorm/_spark/speedups").glob("*.py")}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.startswith(SPEEDUPS):
+                    used.add((a.name, "import"))  # a dotted import: not through the interface
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            for a in node.names:
+                if node.module == "kstorm._spark" and a.name == "speedups":
+                    aliases[a.asname or a.name] = "__init__"
+                elif node.module == SPEEDUPS and a.name in submodules - {"__init__"}:
+                    aliases[a.asname or a.name] = a.name
+                elif node.module == SPEEDUPS:
+                    used.add(("__init__", a.name))
+                elif node.module.startswith(SPEEDUPS + "."):
+                    used.add((node.module.removeprefix(SPEEDUPS + "."), a.name))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and \
+                node.value.id in aliases:
+            used.add((aliases[node.value.id], node.attr))
+    return used
+
+
+def test_the_speed_ups_are_used_only_through_their_interface():
+    """Outside kstorm/_spark/speedups/, only the names its INTERFACE lists are used."""
+    from kstorm._spark.speedups import INTERFACE
+
+    outside = {}
+    for name, path in MODULES.items():
+        if name.startswith(SPEEDUPS):
+            continue
+        for module, attr in _speedups_used(path):
+            if attr not in INTERFACE.get(module, ()):
+                outside.setdefault(name, set()).add(f"{module}.{attr}")
+    assert outside == {}
+
+
+def test_private_spark_members_live_in_the_speed_ups_package_or_are_named_outside_it():
+    """Every module PRIVATE_MEMBERS lists (tests/test_speedups.py greps them all) is inside
+    the package, or one of the few OUTSIDE names with the reason it is still there."""
+    from kstorm._spark.speedups import OUTSIDE, PRIVATE_MEMBERS
+
+    stray = [m for m in PRIVATE_MEMBERS
+             if not m.startswith("kstorm/_spark/speedups/") and m not in OUTSIDE]
+    assert stray == []
+    assert set(OUTSIDE) <= set(PRIVATE_MEMBERS)  # one moved in: drop it from OUTSIDE
