@@ -23,18 +23,38 @@ import sys
 DAEMON_MODULE = "kstorm._spark.speedups.daemon"  # Spark's spark.python.daemon.module
 
 
+def spark_zips(path: list[str]) -> list[str]:
+    """The entries of ``path`` that are Spark's ``pyspark*.zip`` / ``py4j*.zip``."""
+    return [p for p in path if p.endswith(".zip")
+            and os.path.basename(p).startswith(("pyspark", "py4j"))]
+
+
+def foreign_zips(zips: list[str], home: str) -> list[str]:
+    """The ``zips`` that are not inside the installed pyspark at ``home`` (another Spark's).
+
+    The one rule kstorm keeps for Spark's zips, here and in the zygote (``zygote.py``): a zip
+    inside the installed pyspark is a copy of it and may give way to the compiled package;
+    any other is a separate Spark distribution, whose own pyspark is kept.
+
+    Example:
+        >>> foreign_zips(["/site/pyspark/python/lib/pyspark.zip", "/opt/spark/py4j.zip"],
+        ...              "/site/pyspark")
+        ['/opt/spark/py4j.zip']
+    """
+    inside = os.path.realpath(home) + os.sep
+    return [z for z in zips if not os.path.realpath(z).startswith(inside)]
+
+
 def prefer_installed_pyspark(path: list[str]) -> list[str]:
     """``path`` with Spark's pyspark/py4j zips last, if they belong to the installed pyspark."""
-    zips = [p for p in path if p.endswith(".zip")
-            and os.path.basename(p).startswith(("pyspark", "py4j"))]
+    zips = spark_zips(path)
     if not zips:
         return path
     rest = [p for p in path if p not in zips]
     spec = importlib.machinery.PathFinder.find_spec("pyspark", rest)
     if spec is None or spec.origin is None:
         return path
-    home = os.path.realpath(os.path.dirname(spec.origin)) + os.sep
-    if not all(os.path.realpath(z).startswith(home) for z in zips):
+    if foreign_zips(zips, os.path.dirname(spec.origin)):
         return path  # a separate Spark distribution: keep its own pyspark
     return rest + zips
 

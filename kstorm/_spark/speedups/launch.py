@@ -8,6 +8,11 @@
    a pip-installed pyspark, :func:`compiled_spark_home` mirrors the installation without
    ``python/lib`` (symlinks), and the JVM starts with that mirror as ``SPARK_HOME``: the same
    jars and scripts, but its Python processes import the installed, byte-compiled pyspark.
+   One rule decides, wherever Spark's zips meet kstorm (``daemon.foreign_zips``): a zip
+   inside the installed pyspark gives way to the compiled package -- here by a home without
+   it, in the worker daemon (``daemon.py``, for a ``SPARK_HOME`` of the user's) by moving
+   it last on the path -- and any other zip is another Spark's, kept (the zygote, too,
+   then leaves the process to a new interpreter).
 2. **The JVM loads ~20,000 classes from jars.** With class data sharing (JDK AppCDS),
    ``kstorm warm-up`` records the classes a session loaded into an archive when its JVM
    exits (``-XX:ArchiveClassesAtExit``); later sessions map that archive instead of parsing

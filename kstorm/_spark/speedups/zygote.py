@@ -498,12 +498,12 @@ class _Zygote:
             return f"variables read at interpreter start differ: {', '.join(differ)}"
         import pyspark
 
-        home = os.path.realpath(os.path.dirname(pyspark.__file__)) + os.sep
-        for entry in env.get("PYTHONPATH", "").split(os.pathsep):
-            name = os.path.basename(entry)
-            if entry.endswith(".zip") and name.startswith(("pyspark", "py4j")) and \
-                    os.path.exists(entry) and not os.path.realpath(entry).startswith(home):
-                return f"another pyspark on the path ({entry})"
+        from kstorm._spark.speedups.daemon import foreign_zips, spark_zips
+
+        zips = [z for z in spark_zips(env.get("PYTHONPATH", "").split(os.pathsep))
+                if os.path.exists(z)]
+        for entry in foreign_zips(zips, os.path.dirname(pyspark.__file__)):
+            return f"another pyspark on the path ({entry})"
         return None
 
     def child(self, argv: list[str], env: dict[str, str], cwd: str, fds: list[int],
