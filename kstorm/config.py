@@ -3,7 +3,7 @@
 Users build a :class:`Config` (a ``dict``, as Storm's ``Config`` is a ``HashMap``) with Storm's
 keys, and :func:`kstorm.submit_topology` validates it into :class:`TopologyConfig`, which is
 what flows through kstorm from then on (nothing re-reads the dict). Each default lives here
-and only here; ``kstorm/_spark/session.py`` translates the model to Spark options and
+and only here; ``kstorm/_spark/spark_options.py`` translates the model to Spark options and
 :class:`kstorm.KafkaConnection` to librdkafka settings.
 
 Example:
@@ -78,7 +78,7 @@ class TopologyConfig(BaseModel):
 
     guarantee: Guarantee = Field(Guarantee.EXACTLY_ONCE, alias="topology.guarantee")
     acker_executors: int | None = Field(None, ge=0, alias="topology.acker.executors")
-    # topology.workers: Spark executors on a cluster (kstorm/_spark/session.py spark_options)
+    # topology.workers: Spark executors on a cluster (kstorm/_spark/spark_options.py)
     workers: int | None = Field(None, ge=1, alias="topology.workers")
     message_timeout_secs: int = Field(30, ge=1, alias="topology.message.timeout.secs")
     max_spout_pending: int | None = Field(None, ge=1, alias="topology.max.spout.pending")
@@ -381,7 +381,7 @@ class TopologyConfig(BaseModel):
 
         Storm's LocalCluster runs a topology's workers inside one JVM; a ``local[...]``
         master runs every task in this one process the same way. On a cluster the key sets
-        the application's executors (``kstorm/_spark/session.py: worker_options``).
+        the application's executors (``kstorm/_spark/spark_options.py: worker_options``).
         """
         master = self.spark_master
         if self.workers is None or self.workers == 1 or master is None or \

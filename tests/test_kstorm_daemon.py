@@ -32,7 +32,7 @@ def test_spark_runs_the_daemon_with_no_thread_and_no_pyspark_before_its_path_is_
     import sys
     from pathlib import Path
 
-    from kstorm._spark.session import spark_options
+    from kstorm._spark.spark_options import spark_options
     from kstorm.config import TopologyConfig
 
     module = spark_options(TopologyConfig())["spark.python.daemon.module"]

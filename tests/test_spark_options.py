@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from kstorm._spark import session
-from kstorm._spark.session import spark_options, with_kstorm_jar
+from kstorm._spark.spark_options import spark_options, with_kstorm_jar
 from kstorm._spark.speedups import hadoop_fs
 from kstorm.config import TopologyConfig
 

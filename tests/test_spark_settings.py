@@ -75,7 +75,7 @@ def test_a_kstorm_key_and_the_spark_key_it_sets_may_not_disagree(key, value, spa
 
 
 def test_a_master_set_in_spark_conf_is_the_master_kstorm_plans_for():
-    from kstorm._spark.session import spark_options
+    from kstorm._spark.spark_options import spark_options
 
     settings = _settings(**{"kstorm.spark.conf": {"spark.master": "spark://h:7077"}})
     assert settings.spark_master == "spark://h:7077"

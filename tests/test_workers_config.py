@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kstorm import Config
-from kstorm._spark.session import spark_options
+from kstorm._spark.spark_options import spark_options
 from kstorm.config import TopologyConfig
 from kstorm.errors import ConfigError
 
