@@ -40,6 +40,7 @@ BUCKETS: list[tuple[str, str, tuple[str, ...]]] = [
     (DRIVER, "commit: window merge and emit (aggregate.py)", ("aggregate.py", "windowed.py")),
     (DRIVER, "commit: rows -> Tuples, toArrow, offsets (commit.py)", ("commit.py", "tuple.py",
                                                                       "batch_rows.py",
+                                                                      "arrow_collect.py",
                                                                       "progress.py",
                                                                       "deadletter.py")),
     (DRIVER, "Spark session start, query start, offsets", ("session.py", "runner.py",

@@ -15,7 +15,7 @@ name               what it is, its public route
 =================  ==========================================================================
 batch-rows         a micro-batch's rows collected through ``_jdf.collectAsArrowToPython``
                    and ``foreachBatch`` through ``PythonForeachBatchHelper``
-                   (``batch_rows.py``); public: ``DataFrame.toArrow``, ``foreachBatch``
+                   (``arrow_collect.py``); public: ``DataFrame.toArrow``, ``foreachBatch``
 state-map          a stateful bolt's map state spoken to on the state server's socket
                    (``tws_map.py``); public: ``MapState`` get/update/iterator
 unix-sockets       JVM <-> Python over Unix domain sockets in a proven directory
@@ -35,7 +35,7 @@ Every private Spark, py4j or CPython member kstorm uses is in :data:`PRIVATE_MEM
 module (``tests/test_speedups.py`` greps the package and fails on one not listed), each
 with its fallback:
 
-* ``batch_rows.py`` (batch-rows): ``DataFrame._jdf``, ``DataStreamWriter._jwrite``,
+* ``arrow_collect.py`` (batch-rows): ``DataFrame._jdf``, ``DataStreamWriter._jwrite``,
   ``SparkContext._gateway``, ``pyspark.util._load_from_socket``. Fallback: ``foreachBatch``
   and ``DataFrame.toArrow``; compared batch for batch in ``integration_tests/
   test_batch_rows.py``.
@@ -68,7 +68,8 @@ NAMES = ("batch-rows", "state-map", "unix-sockets", "jvm-tmpdir", "hadoop-fs", "
 TESTED_PYSPARK = ("4.2", "4.3")
 
 PRIVATE_MEMBERS = {
-    "kstorm/_spark/batch_rows.py": ("._gateway", "._jdf", "._jwrite", "_load_from_socket"),
+    "kstorm/_spark/speedups/arrow_collect.py": ("._gateway", "._jdf", "._jwrite",
+                                                "_load_from_socket"),
     "kstorm/_spark/tws_map.py": ("_mapStateClient", "_stateful_processor_api_client"),
     "kstorm/_spark/session.py": ("._gateway", "._jsc", "._jvm", "_private_field",
                                  "_worker_calls", "dataSourceBuilders_$eq", "setAccessible"),
@@ -79,8 +80,6 @@ PRIVATE_MEMBERS = {
 # stay there: their private route interleaves with the public one line by line (tws_map),
 # or the members serve the session's own life as much as a speed-up (session).
 OUTSIDE = {
-    "kstorm/_spark/batch_rows.py": "the public route (foreachBatch, toArrow) and the private "
-                                   "one share ArrowRows' fallback; not yet split",
     "kstorm/_spark/tws_map.py": "each BinaryMap method holds both routes; StateServerError and "
                                 "row_value are shared with the public module",
     "kstorm/_spark/session.py": "the planners' release and the SparkContext's life "
@@ -92,6 +91,7 @@ OUTSIDE = {
 # own ``__init__`` (the switches) is "__init__".
 INTERFACE = {
     "__init__": ("ENV", "NAMES", "enabled", "pyspark_version", "report", "say_off"),
+    "arrow_collect": ("arrow_schema", "call_foreach_batch", "collect", "private_members"),
     "affinity": ("AFFINITY", "Request", "broadcast_release", "connect", "forward",
                  "forwarded_task"),
     "daemon": ("DAEMON_MODULE",),
