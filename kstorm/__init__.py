@@ -38,7 +38,6 @@ from kstorm.errors import (
 from kstorm.handle import TopologyHandle
 from kstorm.kafka_spout import KafkaSpout
 from kstorm.redis_state import RedisKeyValueState, RedisKeyValueStateProvider
-from kstorm.runtime import submit_topology
 from kstorm.sink import BaseSink, CommitRecord, SinkBatch, SinkContext
 from kstorm.spout import BaseRichSpout, SpoutOutputCollector
 from kstorm.state import (
@@ -50,6 +49,7 @@ from kstorm.state import (
     State,
     StateProvider,
 )
+from kstorm.submit import submit_topology
 from kstorm.topology import BoltDeclarer, StormTopology, TopologyBuilder
 from kstorm.transactional import (
     BaseBatchBolt,

@@ -22,7 +22,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("kstorm", "sinks", "serdes")
-FACADE = {"kstorm.runtime", "kstorm.testing", "kstorm.testdriver", "kstorm.cli", "kstorm.demo",
+FACADE = {"kstorm.submit", "kstorm.testing", "kstorm.testdriver", "kstorm.cli", "kstorm.demo",
           "kstorm.embedded",
           "kstorm.doctor", "kstorm.launcher", "kstorm._submit_main",
           "kstorm.describe",
