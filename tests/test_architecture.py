@@ -22,11 +22,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("kstorm", "sinks", "serdes")
-FACADE = {"kstorm.submit", "kstorm.testing", "kstorm.testdriver", "kstorm.cli", "kstorm.demo",
-          "kstorm.embedded",
-          "kstorm.doctor", "kstorm.launcher", "kstorm._submit_main",
-          "kstorm.describe",
-          "kstorm._warmup_topology", "kstorm.__init__"}
+FACADE = {"kstorm.submit", "kstorm.testing", "kstorm.testdriver", "kstorm.embedded",
+          "kstorm._submit_main", "kstorm.__init__"}
+FACADE_PACKAGES = ("kstorm.cli",)  # the command, its demo, doctor, describe and warm-up
 # Pure value modules every layer may use: the wire contract, the connection value, the
 # reserved ids and the test hooks.
 CONTRACTS = {"kstorm._runtime.envelope", "kstorm._kafka.connection", "kstorm._ids",
@@ -92,7 +90,7 @@ GRAPH = {name: _imports(name, path) for name, path in MODULES.items()}
 def _layer(name: str) -> int:
     if name in CONTRACTS:
         return 0
-    if name in FACADE:
+    if name in FACADE or name.startswith(FACADE_PACKAGES):
         return 4
     if name.startswith("kstorm._spark"):
         return 3
