@@ -6,7 +6,6 @@ Example:
     >>> builder.set_spout("events", KafkaSpout("events"))         # doctest: +SKIP
 """
 
-from kstorm._kafka.connection import KafkaConnection
 from kstorm.bolt import (
     BaseBasicBolt,
     BaseRichBolt,
@@ -36,7 +35,8 @@ from kstorm.errors import (
     TopologyError,
 )
 from kstorm.handle import TopologyHandle
-from kstorm.kafka_spout import KafkaSpout
+from kstorm.kafka.connection import KafkaConnection
+from kstorm.kafka.spout import KafkaSpout
 from kstorm.redis_state import RedisKeyValueState, RedisKeyValueStateProvider
 from kstorm.sink import BaseSink, CommitRecord, SinkBatch, SinkContext
 from kstorm.spout import BaseRichSpout, SpoutOutputCollector

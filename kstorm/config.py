@@ -32,8 +32,8 @@ from pydantic import (
 )
 
 from kstorm._config_keys import check_keys
-from kstorm._kafka.connection import KafkaConnection
 from kstorm.errors import ConfigError
+from kstorm.kafka.connection import KafkaConnection
 
 
 class Guarantee(StrEnum):

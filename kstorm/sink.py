@@ -51,8 +51,8 @@ from kstorm.tuple import Fields, Tuple
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from kstorm._kafka.connection import KafkaConnection
     from kstorm.config import TopologyConfig
+    from kstorm.kafka.connection import KafkaConnection
 
 Offsets = dict[str, dict[int, int]]
 """``{topic: {partition: end offset (exclusive)}}``."""

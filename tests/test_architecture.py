@@ -27,7 +27,7 @@ FACADE = {"kstorm.submit", "kstorm.testing", "kstorm.testdriver", "kstorm.embedd
 FACADE_PACKAGES = ("kstorm.cli",)  # the command, its demo, doctor, describe and warm-up
 # Pure value modules every layer may use: the wire contract, the connection value, the
 # reserved ids and the test hooks.
-CONTRACTS = {"kstorm._runtime.envelope", "kstorm._kafka.connection", "kstorm._ids",
+CONTRACTS = {"kstorm._runtime.envelope", "kstorm.kafka.connection", "kstorm._ids",
              "kstorm._testhooks"}
 
 
@@ -172,7 +172,7 @@ def test_no_librdkafka_settings_are_built_outside_the_connection_object():
     servers_set = re.compile(r"""["']bootstrap\.servers["']\s*:\s*[^"'\s]""")
     offenders = []
     for name, path in MODULES.items():
-        if name == "kstorm._kafka.connection":
+        if name == "kstorm.kafka.connection":
             continue
         text = path.read_text()
         if client_with_a_dict.search(text) or servers_set.search(text):

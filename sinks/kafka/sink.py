@@ -17,9 +17,9 @@ from typing import Any, NoReturn
 
 from confluent_kafka import TopicPartition
 
-from kstorm._kafka.connection import KafkaConnection
 from kstorm._testhooks import pause_after_commit, pause_before_commit
 from kstorm.errors import ConfigError, SinkError
+from kstorm.kafka.connection import KafkaConnection
 from kstorm.sink import BaseSink, CommitRecord, SinkBatch, SinkContext
 from serdes.base import Serde
 from serdes.json import JsonSerde
