@@ -28,7 +28,7 @@ FACADE_PACKAGES = ("kstorm.cli",)  # the command, its demo, doctor, describe and
 # Pure value modules every layer may use: the wire contract, the connection value, the
 # reserved ids and the test hooks.
 CONTRACTS = {"kstorm._runtime.envelope", "kstorm.kafka.connection", "kstorm._ids",
-             "kstorm._testhooks"}
+             "kstorm.failpoints"}
 
 
 def _modules() -> dict[str, Path]:

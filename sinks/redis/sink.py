@@ -18,8 +18,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from kstorm._testhooks import pause_after_commit, pause_before_commit
 from kstorm.errors import ConfigError, SinkError
+from kstorm.failpoints import pause_after_commit, pause_before_commit
 from kstorm.redis_state import STATES_ONLY, StateCommit
 from kstorm.sink import BaseSink, CommitRecord, SinkBatch, SinkContext
 
