@@ -37,7 +37,6 @@ from kstorm.errors import (
 from kstorm.handle import TopologyHandle
 from kstorm.kafka.connection import KafkaConnection
 from kstorm.kafka.spout import KafkaSpout
-from kstorm.redis_state import RedisKeyValueState, RedisKeyValueStateProvider
 from kstorm.sink import BaseSink, CommitRecord, SinkBatch, SinkContext
 from kstorm.spout import BaseRichSpout, SpoutOutputCollector
 from kstorm.state import (
@@ -49,6 +48,7 @@ from kstorm.state import (
     State,
     StateProvider,
 )
+from kstorm.state.redis import RedisKeyValueState, RedisKeyValueStateProvider
 from kstorm.submit import submit_topology
 from kstorm.topology import BoltDeclarer, StormTopology, TopologyBuilder
 from kstorm.transactional import (

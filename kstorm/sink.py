@@ -101,7 +101,7 @@ class SinkBatch:
             ``records_offsets`` stores it atomically with the offsets.
         attempt: 0 for the first attempt of this txid in this process, then 1, 2, ...
         states: the state provider's commit of this txid when this sink said it carries it
-            (``accepts_states(states)``: a ``kstorm.redis_state.StateCommit``); the sink
+            (``accepts_states(states)``: a ``kstorm.state.redis.StateCommit``); the sink
             then applies it in the same atomic step as its values, or raises.
         table: only for a sink with ``accepts_table``: its tuples as Arrow columns named
             by their fields (``tuples`` is then empty), or None.

@@ -20,8 +20,8 @@ from kstorm._runtime.state_book import StateBook
 from kstorm.component import TopologyContext
 from kstorm.embedded import EmbeddedRedis
 from kstorm.errors import StateError
-from kstorm.redis_state import RedisKeyValueStateProvider
 from kstorm.state import InMemoryKeyValueStateProvider, state_namespace
+from kstorm.state.redis import RedisKeyValueStateProvider
 from kstorm.testing import ListSpout
 from kstorm.tuple import Tuple
 from kstorm.windowing import BaseStatefulWindowedBolt, BaseWindowedBolt, Count, Duration
