@@ -4,7 +4,7 @@ Storm's ``testing``, Kafka Streams' ``TopologyTestDriver``, Bytewax's ``run_main
 
 :class:`TopologyTestDriver` runs the plan the Spark runtime runs (``kstorm/_runtime/plan.py``)
 with the same :class:`~kstorm._runtime.executor.StageExecutor`, windowed-bolt task
-(:class:`~kstorm.windowing._task.WindowedTask`), windowed-aggregate state
+(:class:`~kstorm._runtime.window_task.WindowedTask`), windowed-aggregate state
 (:class:`~kstorm.windowing.aggregate.AggregateWindows`) and commit stage; only moving tuples
 between stages is plain Python instead of a Spark exchange. A batch, here as on Spark:
 
@@ -97,6 +97,8 @@ from kstorm._runtime.spout_executor import BatchBounds, SpoutExecutor
 from kstorm._runtime.spout_log import SpoutLog
 from kstorm._runtime.spout_notices import NoticeBook
 from kstorm._runtime.transaction import Transactions
+from kstorm._runtime.window_store import PersistentTuples
+from kstorm._runtime.window_task import WindowedTask
 from kstorm.acking.acker import DictStore, run_acker_batch, stale_roots
 from kstorm.acking.emits import EmitMsg, EmitTracker, Notice, SpoutEmit, emits_batch
 from kstorm.acking.ids import emit_root_id
@@ -118,8 +120,6 @@ from kstorm.state import MemoryKeyValueState, state_namespace
 from kstorm.topology import StormTopology
 from kstorm.transactional.attempt import TransactionAttempt
 from kstorm.tuple import Fields, Tuple
-from kstorm.windowing._store import PersistentTuples
-from kstorm.windowing._task import WindowedTask
 from kstorm.windowing.aggregate import AggregateWindows, late_mask, merge, partials
 from kstorm.windowing.bolt import acks_on_arrival
 from kstorm.windowing.durations import Duration

@@ -11,11 +11,11 @@ import pytest
 from kstorm import BaseStatefulWindowedBolt, BaseWindowedBolt, Fields, TopologyBuilder
 from kstorm._runtime.executor import StageExecutor
 from kstorm._runtime.plan import compile_plan
+from kstorm._runtime.window_task import Collect, WindowedTask
 from kstorm.errors import ConfigError, TopologyError
 from kstorm.testing import CaptureSink, ListSpout
 from kstorm.tuple import Tuple
 from kstorm.windowing import Count, Duration, TupleWindow, WindowConfig
-from kstorm.windowing._task import Collect, WindowedTask
 
 FIELDS = Fields("id", "ts")
 
@@ -229,7 +229,7 @@ def test_declaring_the_late_stream_yourself_is_refused():
 
 
 def test_persistent_window_larger_than_memory_evaluates_with_a_bounded_cache():
-    from kstorm.windowing._store import DictBackend, PersistentTuples
+    from kstorm._runtime.window_store import DictBackend, PersistentTuples
 
     backend = DictBackend()
     cfg = WindowConfig(Count(50), tumbling=True, persistent=True, max_events_in_memory=10)

@@ -18,12 +18,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kstorm import BaseWindowedBolt, Fields, TopologyBuilder
+from kstorm._runtime.window_task import Collect, WindowedTask
 from kstorm.errors import ConfigError
 from kstorm.testdriver import TopologyTestDriver
 from kstorm.testing import ListSpout
 from kstorm.tuple import Tuple
 from kstorm.windowing import Duration, WindowConfig
-from kstorm.windowing._task import Collect, WindowedTask
 from kstorm.windowing.aggregate import Agg, WindowedAggregate
 from kstorm.windowing.sessions import SessionWindowManager, bind_session_keys
 
