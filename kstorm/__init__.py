@@ -44,7 +44,6 @@ from kstorm.state import (
     InMemoryKeyValueState,
     InMemoryKeyValueStateProvider,
     KeyValueState,
-    MemoryKeyValueState,
     State,
     StateProvider,
 )
@@ -93,7 +92,6 @@ __all__ = [
     "KafkaConnection",
     "KafkaSpout",
     "KeyValueState",
-    "MemoryKeyValueState",
     "RedisKeyValueState",
     "RedisKeyValueStateProvider",
     "State",

@@ -116,7 +116,7 @@ from kstorm.config import Guarantee, TopologyConfig
 from kstorm.errors import KstormError, TopologyError
 from kstorm.grouping import GroupingKind
 from kstorm.spout import BaseRichSpout
-from kstorm.state import MemoryKeyValueState, state_namespace
+from kstorm.state import InMemoryKeyValueState, state_namespace
 from kstorm.topology import StormTopology
 from kstorm.transactional.attempt import TransactionAttempt
 from kstorm.tuple import Fields, Tuple
@@ -198,7 +198,7 @@ class TopologyTestDriver:
         self._emitted: list[tuple[str, str, list[Any]]] = []
         self._received: dict[str, list[Tuple]] = defaultdict(list)
         self._instances: dict[int, dict[tuple[str, int], Any]] = defaultdict(dict)
-        self._states: dict[tuple[str, int], MemoryKeyValueState] = {}
+        self._states: dict[tuple[str, int], InMemoryKeyValueState] = {}
         self._windows: dict[tuple[str, int], _Window] = {}
         self._aggregates: dict[str, AggregateWindows] = {}
         self._offsets: Counter[tuple[str, str, int]] = Counter()
@@ -382,7 +382,7 @@ class TopologyTestDriver:
                 msg = f"{component!r} is not a stateful bolt"
                 raise KeyError(msg)
             return {}
-        return {k: v for k, v in MemoryKeyValueState(found.namespace)}
+        return {k: v for k, v in InMemoryKeyValueState(found.namespace)}
 
     def bolt(self, component: str, task: int = 0) -> Any:
         """The bolt instance running ``component``'s task ``task`` (None before its first tuple)."""
@@ -906,11 +906,11 @@ class TopologyTestDriver:
                 done.states.append((bolt, state))
         return rows
 
-    def _state(self, component: str, task: int) -> MemoryKeyValueState:
+    def _state(self, component: str, task: int) -> InMemoryKeyValueState:
         found = self._states.get((component, task))
         if found is None:
             namespace = f"{self._namespace}/{state_namespace(self.name, component, task)}"
-            found = self._states[(component, task)] = MemoryKeyValueState(namespace)
+            found = self._states[(component, task)] = InMemoryKeyValueState(namespace)
         return found
 
     def _run_windowed(self, stage: Stage, batch_id: int, attempt: TransactionAttempt,

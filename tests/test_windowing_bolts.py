@@ -192,7 +192,7 @@ def test_window_emits_are_anchored_to_the_window_and_errors_are_dead_letters():
     topology = b.create_topology()
     plan = compile_plan(topology)
     from kstorm.state import InMemoryKeyValueState
-    state = InMemoryKeyValueState()
+    state = InMemoryKeyValueState("t:w:0")
     ex = StageExecutor(topology, plan, plan.stage_of["w"], topology_name="t", conf={},
                        batch_id=0, partition=0, state_for=lambda c, t: state)
     anchors = [tup("a", 1), tup("b", 2)]

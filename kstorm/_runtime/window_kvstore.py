@@ -20,7 +20,7 @@ Example:
     >>> from kstorm.tuple import Fields
     >>> from kstorm.windowing import Count, WindowConfig
     >>> from kstorm._runtime.window_task import Collect, WindowedTask
-    >>> kv = InMemoryKeyValueState()
+    >>> kv = InMemoryKeyValueState("doc:w:0")
     >>> task = WindowedTask("w", WindowConfig(Count(3), tumbling=True))
     >>> task.process([Tuple([x], Fields("x"), "s") for x in "ab"], 1_000, Collect())
     >>> WindowKV(kv, "w").save(task)
