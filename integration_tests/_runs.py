@@ -12,7 +12,7 @@ from pathlib import Path
 import redis
 from eo_topology import TopologyProcess
 
-from kstorm._testhooks import PAUSE_AFTER_ENV, PAUSE_ENV
+from kstorm.failpoints import PAUSE_AFTER_ENV, PAUSE_ENV
 
 START_TIMEOUT = 180.0
 RUN_TIMEOUT = 240.0

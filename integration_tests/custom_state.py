@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlparse
 
-from kstorm.redis_state import RedisKeyValueState, RedisStateConfig
+from kstorm.state.redis import RedisKeyValueState, RedisStateConfig
 
 
 class TaggedRedisStateProvider:

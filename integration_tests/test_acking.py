@@ -29,7 +29,7 @@ from kafka_read import committed, read_topic
 from kstorm import BaseRichBolt, Fields, KafkaSpout, TopologyBuilder, submit_topology
 from kstorm._kafka.client import create_topic
 from kstorm.acking import RetryPolicy
-from kstorm.runtime import TopologyHandle
+from kstorm.submit import TopologyHandle
 from kstorm.testing import CaptureSink
 
 pytestmark = pytest.mark.integration

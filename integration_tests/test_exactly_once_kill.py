@@ -45,8 +45,8 @@ from eo_topology import (
 from kstorm._kafka.client import create_topic
 from kstorm._runtime.checkpoint import CheckpointLayout
 from kstorm._spark.offset_log import last_committed_batch
-from kstorm._testhooks import PAUSE_ENV
 from kstorm.embedded import EmbeddedRedis, free_port
+from kstorm.failpoints import PAUSE_ENV
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

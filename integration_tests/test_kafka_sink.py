@@ -43,8 +43,8 @@ from kstorm import Fields, TopologyBuilder, submit_topology
 from kstorm._kafka.client import create_topic
 from kstorm._runtime import reconcile
 from kstorm._runtime.batch import BatchOffsets
-from kstorm._testhooks import PAUSE_AFTER_ENV, PAUSE_ENV
 from kstorm.errors import SinkError
+from kstorm.failpoints import PAUSE_AFTER_ENV, PAUSE_ENV
 from kstorm.sink import SinkBatch
 from kstorm.testing import ListSpout, sink_context
 from kstorm.tuple import Tuple

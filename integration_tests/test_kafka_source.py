@@ -12,7 +12,7 @@ import pytest
 from kstorm._kafka import client as _kafka
 from kstorm._kafka.client import create_topic
 from kstorm._spark.kafka_source import read_stream
-from kstorm.kafka_spout import KafkaSpout
+from kstorm.kafka.spout import KafkaSpout
 from serdes.json import JsonSerde
 from serdes.string import StringSerde
 

@@ -25,9 +25,9 @@ from _services import RedisService
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kstorm._testhooks import PAUSE_ENV
 from kstorm.embedded import EmbeddedRedis, free_port
 from kstorm.errors import SinkError
+from kstorm.failpoints import PAUSE_ENV
 from sinks.redis import LuaMerge, RedisConfig, RedisSink
 from sinks.redis._rules import ABSENT, Stored, update
 

@@ -15,7 +15,7 @@ import pytest
 import redis
 from _services import KafkaService
 
-from kstorm import demo
+from kstorm.cli import demo
 from kstorm.embedded import EmbeddedRedis
 
 pytestmark = pytest.mark.integration

@@ -1,4 +1,4 @@
-"""The sink guide's third sink (docs/sinks.md: SQLite, written from the guide only) on Spark, exactly once.
+"""The sink guide's third sink (docs/sinks.md: SQLite, from the guide only) on Spark, exactly once.
 
 A Kafka spout feeds ``SqliteSink``, which *adds* each record's ``n`` to its key's total: a
 replayed batch applied twice would double count, so the totals only match the ground truth

@@ -3,7 +3,8 @@
 A ``BaseStatefulBolt`` word count (the tour's, docs/tour.md) writes running counts to the
 exactly-once Redis sink. The checkpoint is deleted; a restart would resume from the sink's
 offsets with the bolt's ``KeyValueState`` empty (every count then overwritten with a small
-number). kstorm refuses: a ``StateError`` naming the component and what to do, and Redis left untouched.
+number). kstorm refuses: a ``StateError`` naming the component and what to do, and Redis left
+untouched.
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ from topologies import GatedSerde, PartitionGate, sentence_records, word_count
 from kstorm import KafkaSpout, submit_topology
 from kstorm._kafka.client import add_partitions, create_topic
 from kstorm.errors import SourceError
-from kstorm.runtime import TopologyHandle
+from kstorm.submit import TopologyHandle
 from kstorm.testing import CaptureSink
 from serdes.json import JsonSerde
 

@@ -34,7 +34,7 @@ from eo_topology import TopologyProcess, produce_events
 from wb_topology import LAG_MS, WINDOW_MS, generate_events
 
 from kstorm._kafka.client import create_topic
-from kstorm._testhooks import PAUSE_ENV
+from kstorm.failpoints import PAUSE_ENV
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

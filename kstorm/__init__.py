@@ -16,8 +16,8 @@ import typing as _typing
 
 # Each public name and the module it comes from.
 _WHERE = {
-    # kstorm._kafka.connection
-    "KafkaConnection": "kstorm._kafka.connection",
+    # kstorm.kafka.connection
+    "KafkaConnection": "kstorm.kafka.connection",
     # kstorm.bolt
     "BaseBasicBolt": "kstorm.bolt",
     "BaseRichBolt": "kstorm.bolt",
@@ -47,13 +47,13 @@ _WHERE = {
     "TopologyError": "kstorm.errors",
     # kstorm.handle
     "TopologyHandle": "kstorm.handle",
-    # kstorm.kafka_spout
-    "KafkaSpout": "kstorm.kafka_spout",
-    # kstorm.redis_state
-    "RedisKeyValueState": "kstorm.redis_state",
-    "RedisKeyValueStateProvider": "kstorm.redis_state",
-    # kstorm.runtime
-    "submit_topology": "kstorm.runtime",
+    # kstorm.kafka.spout
+    "KafkaSpout": "kstorm.kafka.spout",
+    # kstorm.state.redis
+    "RedisKeyValueState": "kstorm.state.redis",
+    "RedisKeyValueStateProvider": "kstorm.state.redis",
+    # kstorm.submit
+    "submit_topology": "kstorm.submit",
     # kstorm.sink
     "BaseSink": "kstorm.sink",
     "CommitRecord": "kstorm.sink",
@@ -67,7 +67,6 @@ _WHERE = {
     "InMemoryKeyValueState": "kstorm.state",
     "InMemoryKeyValueStateProvider": "kstorm.state",
     "KeyValueState": "kstorm.state",
-    "MemoryKeyValueState": "kstorm.state",
     "State": "kstorm.state",
     "StateProvider": "kstorm.state",
     # kstorm.topology
@@ -121,7 +120,6 @@ __all__ = [
     "KafkaConnection",
     "KafkaSpout",
     "KeyValueState",
-    "MemoryKeyValueState",
     "RedisKeyValueState",
     "RedisKeyValueStateProvider",
     "State",
@@ -170,7 +168,6 @@ def __dir__() -> list[str]:
 
 
 if _typing.TYPE_CHECKING:  # what type checkers and IDEs see: the eager imports
-    from kstorm._kafka.connection import KafkaConnection
     from kstorm.bolt import (
         BaseBasicBolt,
         BaseRichBolt,
@@ -200,9 +197,8 @@ if _typing.TYPE_CHECKING:  # what type checkers and IDEs see: the eager imports
         TopologyError,
     )
     from kstorm.handle import TopologyHandle
-    from kstorm.kafka_spout import KafkaSpout
-    from kstorm.redis_state import RedisKeyValueState, RedisKeyValueStateProvider
-    from kstorm.runtime import submit_topology
+    from kstorm.kafka.connection import KafkaConnection
+    from kstorm.kafka.spout import KafkaSpout
     from kstorm.sink import BaseSink, CommitRecord, SinkBatch, SinkContext
     from kstorm.spout import BaseRichSpout, SpoutOutputCollector
     from kstorm.state import (
@@ -210,10 +206,11 @@ if _typing.TYPE_CHECKING:  # what type checkers and IDEs see: the eager imports
         InMemoryKeyValueState,
         InMemoryKeyValueStateProvider,
         KeyValueState,
-        MemoryKeyValueState,
         State,
         StateProvider,
     )
+    from kstorm.state.redis import RedisKeyValueState, RedisKeyValueStateProvider
+    from kstorm.submit import submit_topology
     from kstorm.topology import BoltDeclarer, StormTopology, TopologyBuilder
     from kstorm.transactional import (
         BaseBatchBolt,

@@ -32,8 +32,8 @@ from pydantic import (
 )
 
 from kstorm._config_keys import check_keys
-from kstorm._kafka.connection import KafkaConnection
 from kstorm.errors import ConfigError
+from kstorm.kafka.connection import KafkaConnection
 
 
 class Guarantee(StrEnum):
@@ -266,7 +266,7 @@ class TopologyConfig(BaseModel):
 
     def _check_state_provider_config(self) -> None:
         if self.state_provider == "redis":
-            from kstorm.redis_state import RedisStateConfig
+            from kstorm.state.redis import RedisStateConfig
 
             RedisStateConfig.parse(self.state_provider_config)  # refuses unusable keys
         elif self.state_provider in ("spark", "memory") and self.state_provider_config:
@@ -280,7 +280,7 @@ class TopologyConfig(BaseModel):
         from kstorm.state import InMemoryKeyValueStateProvider
 
         if self.state_provider == "redis":
-            from kstorm.redis_state import RedisKeyValueStateProvider
+            from kstorm.state.redis import RedisKeyValueStateProvider
 
             return RedisKeyValueStateProvider(self.state_provider_config)
         if self.state_provider == "memory":

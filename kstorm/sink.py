@@ -2,7 +2,7 @@
 
 A sink is attached like a bolt (``builder.set_bolt("store", sink).fields_grouping(...)``)
 but runs on the driver, after the batch's processing phase, in strictly increasing txid
-order: seed 002's committers. The contract (the README's "Writing a sink" says it for users):
+order: seed 002's committers. The contract (the sink guide, ``docs/sinks.md``, says it for users):
 
 1. **A declaration.** The object a user builds is pickled and copied; it holds settings only.
    :meth:`BaseSink.open` builds the live client (a connection, a producer) from a
@@ -39,8 +39,6 @@ order: seed 002's committers. The contract (the README's "Writing a sink" says i
 
 from __future__ import annotations
 
-import inspect
-import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
@@ -51,8 +49,8 @@ from kstorm.tuple import Fields, Tuple
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from kstorm._kafka.connection import KafkaConnection
     from kstorm.config import TopologyConfig
+    from kstorm.kafka.connection import KafkaConnection
 
 Offsets = dict[str, dict[int, int]]
 """``{topic: {partition: end offset (exclusive)}}``."""
@@ -101,7 +99,7 @@ class SinkBatch:
             ``records_offsets`` stores it atomically with the offsets.
         attempt: 0 for the first attempt of this txid in this process, then 1, 2, ...
         states: the state provider's commit of this txid when this sink said it carries it
-            (``accepts_states(states)``: a ``kstorm.redis_state.StateCommit``); the sink
+            (``accepts_states(states)``: a ``kstorm.state.redis.StateCommit``); the sink
             then applies it in the same atomic step as its values, or raises.
         table: only for a sink with ``accepts_table``: its tuples as Arrow columns named
             by their fields (``tuples`` is then empty), or None.
@@ -250,36 +248,3 @@ class BaseSink(Component):
 
     def close(self) -> None:
         """Called on the driver when the topology stops."""
-
-
-# -- sinks written against the first contract ----------------------------------------------
-
-
-def open_sink(sink: BaseSink, context: SinkContext) -> None:
-    """``sink.open(context)``; a sink written as ``open(conf, context)`` still works."""
-    if _positional(type(sink).open) == 2:
-        _warn_legacy(sink, "open(conf, context)")
-        sink.open(dict(context.conf), context)  # type: ignore[call-arg]
-        return
-    sink.open(context)
-
-
-def commit_sink(sink: BaseSink, batch: SinkBatch) -> None:
-    """``sink.commit(batch)``; a sink written as ``commit(batch_id, tuples, offsets)`` too."""
-    if _positional(type(sink).commit) >= 3:
-        _warn_legacy(sink, "commit(batch_id, tuples, offsets)")
-        sink.commit(batch.batch_id, batch.tuples, batch.offsets)  # type: ignore[call-arg]
-        return
-    sink.commit(batch)
-
-
-def _positional(method: Any) -> int:
-    params = list(inspect.signature(method).parameters.values())[1:]
-    return sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty
-               for p in params)
-
-
-def _warn_legacy(sink: BaseSink, form: str) -> None:
-    warnings.warn(f"{type(sink).__name__}.{form} is the old sink contract; implement "
-                  "open(context) / commit(batch) (README: Writing a sink)",
-                  DeprecationWarning, stacklevel=3)

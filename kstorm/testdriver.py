@@ -4,7 +4,7 @@ Storm's ``testing``, Kafka Streams' ``TopologyTestDriver``, Bytewax's ``run_main
 
 :class:`TopologyTestDriver` runs the plan the Spark runtime runs (``kstorm/_runtime/plan.py``)
 with the same :class:`~kstorm._runtime.executor.StageExecutor`, windowed-bolt task
-(:class:`~kstorm.windowing._task.WindowedTask`), windowed-aggregate state
+(:class:`~kstorm._runtime.window_task.WindowedTask`), windowed-aggregate state
 (:class:`~kstorm.windowing.aggregate.AggregateWindows`) and commit stage; only moving tuples
 between stages is plain Python instead of a Spark exchange. A batch, here as on Spark:
 
@@ -97,6 +97,8 @@ from kstorm._runtime.spout_executor import BatchBounds, SpoutExecutor
 from kstorm._runtime.spout_log import SpoutLog
 from kstorm._runtime.spout_notices import NoticeBook
 from kstorm._runtime.transaction import Transactions
+from kstorm._runtime.window_store import PersistentTuples
+from kstorm._runtime.window_task import WindowedTask
 from kstorm.acking.acker import DictStore, run_acker_batch, stale_roots
 from kstorm.acking.emits import EmitMsg, EmitTracker, Notice, SpoutEmit, emits_batch
 from kstorm.acking.ids import emit_root_id
@@ -114,12 +116,10 @@ from kstorm.config import Guarantee, TopologyConfig
 from kstorm.errors import KstormError, TopologyError
 from kstorm.grouping import GroupingKind
 from kstorm.spout import BaseRichSpout
-from kstorm.state import MemoryKeyValueState, state_namespace
+from kstorm.state import InMemoryKeyValueState, state_namespace
 from kstorm.topology import StormTopology
 from kstorm.transactional.attempt import TransactionAttempt
 from kstorm.tuple import Fields, Tuple
-from kstorm.windowing._store import PersistentTuples
-from kstorm.windowing._task import WindowedTask
 from kstorm.windowing.aggregate import AggregateWindows, late_mask, merge, partials
 from kstorm.windowing.bolt import acks_on_arrival
 from kstorm.windowing.durations import Duration
@@ -198,7 +198,7 @@ class TopologyTestDriver:
         self._emitted: list[tuple[str, str, list[Any]]] = []
         self._received: dict[str, list[Tuple]] = defaultdict(list)
         self._instances: dict[int, dict[tuple[str, int], Any]] = defaultdict(dict)
-        self._states: dict[tuple[str, int], MemoryKeyValueState] = {}
+        self._states: dict[tuple[str, int], InMemoryKeyValueState] = {}
         self._windows: dict[tuple[str, int], _Window] = {}
         self._aggregates: dict[str, AggregateWindows] = {}
         self._offsets: Counter[tuple[str, str, int]] = Counter()
@@ -382,7 +382,7 @@ class TopologyTestDriver:
                 msg = f"{component!r} is not a stateful bolt"
                 raise KeyError(msg)
             return {}
-        return {k: v for k, v in MemoryKeyValueState(found.namespace)}
+        return {k: v for k, v in InMemoryKeyValueState(found.namespace)}
 
     def bolt(self, component: str, task: int = 0) -> Any:
         """The bolt instance running ``component``'s task ``task`` (None before its first tuple)."""
@@ -906,11 +906,11 @@ class TopologyTestDriver:
                 done.states.append((bolt, state))
         return rows
 
-    def _state(self, component: str, task: int) -> MemoryKeyValueState:
+    def _state(self, component: str, task: int) -> InMemoryKeyValueState:
         found = self._states.get((component, task))
         if found is None:
             namespace = f"{self._namespace}/{state_namespace(self.name, component, task)}"
-            found = self._states[(component, task)] = MemoryKeyValueState(namespace)
+            found = self._states[(component, task)] = InMemoryKeyValueState(namespace)
         return found
 
     def _run_windowed(self, stage: Stage, batch_id: int, attempt: TransactionAttempt,

@@ -155,7 +155,7 @@ def run_to_completion(topology: StormTopology, conf: Mapping[str, Any] | None = 
     Without ``kstorm.checkpoint.dir`` in ``conf`` the run checkpoints to a temporary
     directory, removed when it returns or raises.
     """
-    from kstorm.runtime import submit_topology
+    from kstorm.submit import submit_topology
 
     settings = dict(conf or {})
     settings.setdefault("kstorm.trigger", "available-now")

@@ -5,12 +5,15 @@ import cannot hide a circle). Layers, bottom up:
 
 - the model: the public API modules at ``kstorm/`` top level, ``kstorm.windowing``,
   ``kstorm.acking`` (pure logic, no Spark), and the contract modules every layer shares
-  (the envelope, the Kafka connection value, the reserved ids, the test hooks);
+  (the envelope, the Kafka connection value, the reserved ids, the failpoints);
 - the engine: ``kstorm._kafka`` < ``kstorm._runtime`` < ``kstorm._spark`` (only ``_spark``
   imports pyspark);
 - the facade: ``submit_topology``, the testing helpers, the CLI, the demo, embedded services.
 
-A module may import its own layer and the layers below it, never above.
+A module may import its own layer and the layers below it, never above. And the names:
+``kstorm/`` keeps at most 20 top-level modules, ``sinks/`` and ``serdes/`` are built on
+public kstorm modules only (as a user's sink would be), every name ``kstorm`` exports comes
+from a public module, and the pure ``windowing``/``acking`` packages hold no runtime parts.
 """
 
 from __future__ import annotations
@@ -22,15 +25,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("kstorm", "sinks", "serdes")
-FACADE = {"kstorm.runtime", "kstorm.testing", "kstorm.testdriver", "kstorm.cli", "kstorm.demo",
-          "kstorm.embedded",
-          "kstorm.doctor", "kstorm.launcher", "kstorm._submit_main",
-          "kstorm.describe",
-          "kstorm._warmup_topology", "kstorm.__init__"}
+FACADE = {"kstorm.submit", "kstorm.testing", "kstorm.testdriver", "kstorm.embedded",
+          "kstorm._submit_main", "kstorm.__init__"}
+FACADE_PACKAGES = ("kstorm.cli",)  # the command, its demo, doctor, describe and warm-up
 # Pure value modules every layer may use: the wire contract, the connection value, the
-# reserved ids and the test hooks.
-CONTRACTS = {"kstorm._runtime.envelope", "kstorm._kafka.connection", "kstorm._ids",
-             "kstorm._testhooks"}
+# reserved ids and the failpoints (kill-test hooks).
+CONTRACTS = {"kstorm._runtime.envelope", "kstorm.kafka.connection", "kstorm._ids",
+             "kstorm.failpoints"}
 
 
 def _modules() -> dict[str, Path]:
@@ -92,7 +93,7 @@ GRAPH = {name: _imports(name, path) for name, path in MODULES.items()}
 def _layer(name: str) -> int:
     if name in CONTRACTS:
         return 0
-    if name in FACADE:
+    if name in FACADE or name.startswith(FACADE_PACKAGES):
         return 4
     if name.startswith("kstorm._spark"):
         return 3
@@ -174,7 +175,7 @@ def test_no_librdkafka_settings_are_built_outside_the_connection_object():
     servers_set = re.compile(r"""["']bootstrap\.servers["']\s*:\s*[^"'\s]""")
     offenders = []
     for name, path in MODULES.items():
-        if name == "kstorm._kafka.connection":
+        if name == "kstorm.kafka.connection":
             continue
         text = path.read_text()
         if client_with_a_dict.search(text) or servers_set.search(text):
@@ -258,3 +259,53 @@ def test_private_spark_members_live_in_the_speed_ups_package_or_are_named_outsid
              if not m.startswith("kstorm/_spark/speedups/") and m not in OUTSIDE]
     assert stray == []
     assert set(OUTSIDE) <= set(PRIVATE_MEMBERS)  # one moved in: drop it from OUTSIDE
+TOP_LEVEL_MODULES = 20
+_PRIVATE_IMPORT = re.compile(
+    r"^\s*(from\s+kstorm(\.\w+)*\._\w*|import\s+kstorm(\.\w+)*\._\w*"
+    r"|from\s+kstorm(\.\w+)*\s+import\s+(\([^)]*?)?_\w)", re.MULTILINE)
+
+
+def test_kstorm_keeps_at_most_twenty_top_level_modules() -> None:
+    """Storm's concepts are the top level; everything else lives in a package of its own."""
+    top = sorted(p.name for p in (ROOT / "kstorm").glob("*.py") if p.name != "__init__.py")
+    assert len(top) <= TOP_LEVEL_MODULES, top
+
+
+def test_sinks_and_serdes_import_no_private_kstorm_module() -> None:
+    """They are built as a user's sink or serde would be: on kstorm's public modules."""
+    offenders = {}
+    for name, path in MODULES.items():
+        if name.startswith(("sinks", "serdes")):
+            found = [m.group(0).strip() for m in _PRIVATE_IMPORT.finditer(path.read_text())]
+            if found:
+                offenders[name] = found
+    assert offenders == {}
+
+
+def test_the_private_import_rule_sees_each_form() -> None:
+    for line in ("from kstorm._kafka.connection import KafkaConnection",
+                 "    import kstorm._testhooks", "from kstorm.state._x import y",
+                 "from kstorm import _ids", "from kstorm import (\n    _ids,\n)"):
+        assert _PRIVATE_IMPORT.search(line), line
+    for line in ("from kstorm.kafka.connection import KafkaConnection",
+                 "from kstorm.failpoints import pause_before_commit", "from kstorm import sink"):
+        assert not _PRIVATE_IMPORT.search(line), line
+
+
+def test_every_name_kstorm_exports_comes_from_a_public_module() -> None:
+    import kstorm
+
+    private = {}
+    for name in kstorm.__all__:
+        module = getattr(getattr(kstorm, name), "__module__", "kstorm")
+        if any(part.startswith("_") for part in module.split(".")):
+            private[name] = module
+    assert private == {}
+
+
+def test_the_pure_window_and_acking_packages_hold_no_runtime_modules() -> None:
+    """A windowed bolt task's runtime is ``kstorm/_runtime/window_*.py``, not in windowing/."""
+    hidden = sorted(str(p.relative_to(ROOT)) for package in ("windowing", "acking")
+                    for p in (ROOT / "kstorm" / package).glob("_*.py")
+                    if p.name != "__init__.py")
+    assert hidden == []

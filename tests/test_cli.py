@@ -13,8 +13,8 @@ import pytest
 from test_java import OPENJDK_17, fake_java
 
 from kstorm import cli
-from kstorm import demo as the_demo
 from kstorm._spark import java as _java
+from kstorm.cli import demo as the_demo
 from kstorm.errors import EmbeddedServiceError
 
 
@@ -214,7 +214,7 @@ def test_submit_gives_spark_submit_s_jvm_its_own_temporary_directory(
 def test_doctor_warns_when_spark_s_python_is_another_interpreter(monkeypatch, tmp_path):
     import sys
 
-    from kstorm import doctor
+    from kstorm.cli import doctor
 
     shim = tmp_path / "python3"  # e.g. pyenv's shim: a script, not this interpreter
     shim.write_text("#!/bin/sh\nexec python3 \"$@\"\n")

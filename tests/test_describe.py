@@ -6,14 +6,14 @@ import pytest
 
 from kstorm import Fields, TopologyBuilder
 from kstorm.cli import main
-from kstorm.describe import describe, mermaid
+from kstorm.cli.describe import describe, mermaid
 from kstorm.testing import CaptureSink, ListSpout
 from kstorm.windowing import Duration
 from kstorm.windowing.aggregate import Agg, WindowedAggregate
 
 
 def _topology() -> object:
-    from kstorm.demo import SplitPath, WindowCount
+    from kstorm.cli.demo import SplitPath, WindowCount
 
     builder = TopologyBuilder()
     builder.set_spout("views", ListSpout([[["a b", 1]]], Fields("path", "ts")), 2)

@@ -169,7 +169,7 @@ def test_the_app_image_gets_the_spark_worker_daemon():
     # workers cannot start without it (the bug this test was written for)
     sent = build_context(DOCKER / "Dockerfile.app", REPO)
     assert "kstorm/_spark/speedups/daemon.py" in sent
-    assert {"kstorm/cli.py", "serdes/__init__.py", "sinks/redis/sink.py"} <= sent
+    assert {"kstorm/cli/__init__.py", "serdes/__init__.py", "sinks/redis/sink.py"} <= sent
     assert not any(p.startswith((".git/", "tests/", "bench/")) for p in sent)
 
 

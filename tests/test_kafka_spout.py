@@ -11,7 +11,7 @@ import pytest
 from kstorm._kafka.fetch import to_record_batch
 from kstorm.component import OutputFieldsDeclarer
 from kstorm.errors import ConfigError
-from kstorm.kafka_spout import METADATA_FIELDS, KafkaSpout
+from kstorm.kafka.spout import METADATA_FIELDS, KafkaSpout
 from serdes.json import JsonSerde
 from serdes.string import StringSerde
 

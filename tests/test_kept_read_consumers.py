@@ -14,7 +14,7 @@ from confluent_kafka import KafkaError
 
 import kstorm._kafka.fetch as fetch
 from kstorm._kafka.offsets import OffsetRange
-from kstorm.kafka_spout import KafkaSpout
+from kstorm.kafka.spout import KafkaSpout
 from serdes.string import StringSerde
 
 

@@ -22,9 +22,9 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kstorm._runtime.window_task import Collect, WindowedTask
 from kstorm.tuple import Fields, Tuple
 from kstorm.windowing import Duration, WindowConfig
-from kstorm.windowing._task import Collect, WindowedTask
 from kstorm.windowing.aggregate import late_mask
 
 FIELDS = Fields("id", "ts")

@@ -10,9 +10,9 @@ import pytest
 
 from kstorm import StormTopology
 from kstorm.cli import main
+from kstorm.cli.project import env_name, load_conf, load_topology
 from kstorm.config import TopologyConfig
 from kstorm.errors import ConfigError
-from kstorm.launcher import env_name, load_conf, load_topology
 
 
 def test_file_then_environment_then_overrides(tmp_path: Path) -> None:

@@ -8,8 +8,8 @@ import time
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kstorm._testhooks import PAUSE_ENV
-from kstorm._testhooks import pause_before_commit as pause_before_atomic_commit
+from kstorm.failpoints import PAUSE_ENV
+from kstorm.failpoints import pause_before_commit as pause_before_atomic_commit
 from sinks.redis._rules import ABSENT, Stored, update
 
 

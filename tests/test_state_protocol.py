@@ -20,8 +20,8 @@ from kstorm.component import TopologyContext
 from kstorm.config import TopologyConfig
 from kstorm.embedded import EmbeddedRedis
 from kstorm.errors import ConfigError, StateError
-from kstorm.redis_state import RedisKeyValueState, RedisKeyValueStateProvider, RedisStateConfig
 from kstorm.state import InMemoryKeyValueStateProvider, state_namespace
+from kstorm.state.redis import RedisKeyValueState, RedisKeyValueStateProvider, RedisStateConfig
 from kstorm.testing import ListSpout
 
 CALLS: list[tuple[str, Any]] = []

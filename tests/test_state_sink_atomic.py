@@ -18,9 +18,9 @@ from kstorm import BaseStatefulBolt, Fields, TopologyBuilder
 from kstorm._runtime.state_book import StateBook
 from kstorm.embedded import EmbeddedRedis
 from kstorm.errors import SinkError
-from kstorm.redis_state import RedisKeyValueStateProvider, StateCommit
 from kstorm.sink import SinkBatch
 from kstorm.state import InMemoryKeyValueStateProvider
+from kstorm.state.redis import RedisKeyValueStateProvider, StateCommit
 from kstorm.testing import ListSpout
 from kstorm.tuple import Tuple
 from sinks.redis import RedisConfig, RedisSink

@@ -17,17 +17,17 @@ import pytest
 
 from kstorm import Fields, TopologyBuilder
 from kstorm._runtime.state_book import StateBook
+from kstorm._runtime.window_kvstore import KVChunks, WindowKV, internal_state, window_namespace
+from kstorm._runtime.window_store import DictBackend, PersistentTuples
+from kstorm._runtime.window_task import Collect, WindowedTask
 from kstorm.component import TopologyContext
 from kstorm.embedded import EmbeddedRedis
 from kstorm.errors import StateError
-from kstorm.redis_state import RedisKeyValueStateProvider
 from kstorm.state import InMemoryKeyValueStateProvider, state_namespace
+from kstorm.state.redis import RedisKeyValueStateProvider
 from kstorm.testing import ListSpout
 from kstorm.tuple import Tuple
 from kstorm.windowing import BaseStatefulWindowedBolt, BaseWindowedBolt, Count, Duration
-from kstorm.windowing._kvstore import KVChunks, WindowKV, internal_state, window_namespace
-from kstorm.windowing._store import DictBackend, PersistentTuples
-from kstorm.windowing._task import Collect, WindowedTask
 from kstorm.windowing.config import WindowConfig
 
 FIELDS = Fields("key", "ts", "offset")

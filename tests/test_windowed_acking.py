@@ -17,12 +17,12 @@ import pytest
 
 from kstorm import BaseStatefulWindowedBolt, BaseWindowedBolt, Fields, KafkaSpout, TopologyBuilder
 from kstorm._runtime.plan import AckingPlan, check_window_timeouts
+from kstorm._runtime.window_task import Collect, WindowedTask
 from kstorm.acking.anchoring import TrackedTuple
 from kstorm.acking.messages import MessageId
 from kstorm.errors import ConfigError
 from kstorm.tuple import Tuple
 from kstorm.windowing import Count, Duration, WindowConfig
-from kstorm.windowing._task import Collect, WindowedTask
 from kstorm.windowing.bolt import acks_on_arrival
 
 FIELDS = Fields("id", "ts")

@@ -11,11 +11,11 @@ import pytest
 from kstorm import BaseStatefulWindowedBolt, BaseWindowedBolt, Fields, TopologyBuilder
 from kstorm._runtime.executor import StageExecutor
 from kstorm._runtime.plan import compile_plan
+from kstorm._runtime.window_task import Collect, WindowedTask
 from kstorm.errors import ConfigError, TopologyError
 from kstorm.testing import CaptureSink, ListSpout
 from kstorm.tuple import Tuple
 from kstorm.windowing import Count, Duration, TupleWindow, WindowConfig
-from kstorm.windowing._task import Collect, WindowedTask
 
 FIELDS = Fields("id", "ts")
 
@@ -192,7 +192,7 @@ def test_window_emits_are_anchored_to_the_window_and_errors_are_dead_letters():
     topology = b.create_topology()
     plan = compile_plan(topology)
     from kstorm.state import InMemoryKeyValueState
-    state = InMemoryKeyValueState()
+    state = InMemoryKeyValueState("t:w:0")
     ex = StageExecutor(topology, plan, plan.stage_of["w"], topology_name="t", conf={},
                        batch_id=0, partition=0, state_for=lambda c, t: state)
     anchors = [tup("a", 1), tup("b", 2)]
@@ -229,7 +229,7 @@ def test_declaring_the_late_stream_yourself_is_refused():
 
 
 def test_persistent_window_larger_than_memory_evaluates_with_a_bounded_cache():
-    from kstorm.windowing._store import DictBackend, PersistentTuples
+    from kstorm._runtime.window_store import DictBackend, PersistentTuples
 
     backend = DictBackend()
     cfg = WindowConfig(Count(50), tumbling=True, persistent=True, max_events_in_memory=10)

@@ -18,12 +18,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kstorm import BaseWindowedBolt, Fields, TopologyBuilder
+from kstorm._runtime.window_task import Collect, WindowedTask
 from kstorm.errors import ConfigError
 from kstorm.testdriver import TopologyTestDriver
 from kstorm.testing import ListSpout
 from kstorm.tuple import Tuple
 from kstorm.windowing import Duration, WindowConfig
-from kstorm.windowing._task import Collect, WindowedTask
 from kstorm.windowing.aggregate import Agg, WindowedAggregate
 from kstorm.windowing.sessions import SessionWindowManager, bind_session_keys
 
@@ -208,10 +208,14 @@ def test_driver_sessions_equal_the_reference(seed, gap, top, lag, beyond, parall
     with TopologyTestDriver(builder.create_topology()) as driver:
         for batch in batches:
             driver.pipe("clicks", batch)
-        # far in the future, for every user (so every task): every session closes
+        # far in the future, for every user (so every task): every session closes, the
+        # first flush's too (so every user, even one whose tuples were all late, has a
+        # session that says its task)
         driver.pipe("clicks", [[u, 10**9, -1] for u in USERS])
+        driver.pipe("clicks", [[u, 2 * 10**9, -2] for u in USERS])
         output = driver.output("sessions")
-        task_of = {u: task for u, _, _, _, task in output}  # every user has a flush session
+        task_of = {u: task for u, _, _, i, task in output if i == [-1]}
+        assert sorted(task_of) == sorted(USERS)
         got = sorted((u, s, e, sorted(i)) for u, s, e, i, _ in output if i != [-1])
         late = sorted(t[0].get_value_by_field("id") for t in driver.output("sessions", "late"))
     want, want_late = driver_reference(batches, gap, top, lag, task_of)

@@ -117,9 +117,9 @@ def test_matches_definition_and_survives_snapshot(ops, lag, cut):
 
 
 def test_a_windowed_bolt_honours_its_watermark_interval_in_batch_time():
+    from kstorm._runtime.window_task import Collect, WindowedTask
     from kstorm.tuple import Fields, Tuple
     from kstorm.windowing import WindowConfig
-    from kstorm.windowing._task import Collect, WindowedTask
 
     fields = Fields("id", "ts")
 

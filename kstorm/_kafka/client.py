@@ -30,9 +30,9 @@ from confluent_kafka import Consumer, KafkaError, KafkaException
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
-from kstorm._kafka.connection import KafkaConnection, as_connection
 from kstorm._kafka.offsets import Offsets, TopicPartition
 from kstorm.errors import SourceError
+from kstorm.kafka.connection import KafkaConnection, as_connection
 
 log = logging.getLogger("kstorm.kafka")
 TAIL_TIMEOUT = 2.0  # seconds a tail read may take before its answer is used as is

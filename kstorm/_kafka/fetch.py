@@ -29,7 +29,7 @@ from confluent_kafka import TopicPartition as KafkaTopicPartition
 from kstorm._kafka.client import config_key
 from kstorm._kafka.offsets import OffsetRange
 from kstorm.errors import SourceError
-from kstorm.kafka_spout import HEADERS_TYPE, KafkaSpout
+from kstorm.kafka.spout import HEADERS_TYPE, KafkaSpout
 from serdes.base import DecodeResult, Serde
 
 log = logging.getLogger("kstorm.kafka")

@@ -18,8 +18,8 @@ from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
-from kstorm._kafka.connection import KafkaConnection
 from kstorm._runtime.envelope import DEAD_LETTER_FIELDS
+from kstorm.kafka.connection import KafkaConnection
 
 log = logging.getLogger("kstorm.dead_letter")
 

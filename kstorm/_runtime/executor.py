@@ -436,7 +436,7 @@ class StageExecutor:
 
     def run_windows(self, component: str, task: int, windowed: Any, tuples: list[Tuple],
                     now_ms: int, late_stream: str | None, acks_on_arrival: bool) -> None:
-        """One batch of a windowed bolt task (a :class:`~kstorm.windowing._task.WindowedTask`).
+        """One batch of a windowed bolt task (a :class:`~kstorm._runtime.window_task.WindowedTask`).
 
         A stateful or persistent window acks its tuples as they arrive (:meth:`hold`).
         Otherwise, at least once, each tuple keeps its place in its trees while a window may
@@ -803,7 +803,7 @@ class WindowOutput:
     """Routes a windowed bolt task's results through its stage's executor.
 
     Windows go to ``execute(window)``, late tuples to the late stream (or are counted and
-    logged), errors to the bolt error policy (:class:`kstorm.windowing._task.WindowedTask`).
+    logged), errors to the bolt error policy (:class:`kstorm._runtime.window_task.WindowedTask`).
     """
 
     def __init__(self, executor: StageExecutor, component: str, task: int,

@@ -43,12 +43,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from kstorm._runtime.window_kvstore import internal_state, window_namespace
 from kstorm.component import TopologyContext
 from kstorm.errors import ConfigError, StateError
-from kstorm.redis_state import RedisKeyValueState, StateCommit
 from kstorm.state import RECOVERY_METHODS, STATE_METHODS, state_namespace, tracks_txids
+from kstorm.state.redis import RedisKeyValueState, StateCommit
 from kstorm.topology import StormTopology
-from kstorm.windowing._kvstore import internal_state, window_namespace
 from kstorm.windowing.bolt import BaseStatefulWindowedBolt
 
 log = logging.getLogger("kstorm.state")

@@ -100,7 +100,7 @@ from kstorm._spark.speedups.gc_control import paused
 from kstorm._spark.windowed_bolt import state_key
 from kstorm.config import TopologyConfig
 from kstorm.errors import KstormError, SinkError, SourceError, StateError
-from kstorm.sink import BaseSink, SinkBatch, UnmadeTuples, commit_sink
+from kstorm.sink import BaseSink, SinkBatch, UnmadeTuples
 from kstorm.topology import StormTopology
 from kstorm.transactional.attempt import TransactionAttempt
 from kstorm.tuple import Fields, Tuple
@@ -552,7 +552,7 @@ class CommitPhase:
 
     def _commit_sink(self, sink_id: str, sink: BaseSink, batch: SinkBatch) -> None:
         try:
-            commit_sink(sink, batch)
+            sink.commit(batch)
         except Exception as exc:
             try:
                 sink.abort(batch)

@@ -58,7 +58,7 @@ from kstorm._spark.speedups.gc_control import freeze_imports
 from kstorm.acking.replay import SpoutBook, next_batch, read_marks
 from kstorm.acking.replay import marks as acking_marks
 from kstorm.errors import ConfigError
-from kstorm.kafka_spout import EARLIEST, LATEST, KafkaSpout
+from kstorm.kafka.spout import EARLIEST, LATEST, KafkaSpout
 
 FORMAT = "kstorm_kafka"
 Marks = tuple[int, int]  # (low, high) watermark

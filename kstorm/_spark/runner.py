@@ -50,7 +50,7 @@ from kstorm._spark.windowed import WindowCommit
 from kstorm.config import Guarantee, TopologyConfig, TriggerMode
 from kstorm.errors import ConfigError, StateError
 from kstorm.handle import TopologyHandle
-from kstorm.sink import BaseSink, SinkContext, open_sink
+from kstorm.sink import BaseSink, SinkContext
 from kstorm.topology import StormTopology
 
 log = logging.getLogger("kstorm")
@@ -630,7 +630,7 @@ def open_sinks(name: str, conf: dict[str, Any], settings: TopologyConfig,
         sink = cast(BaseSink, copy.deepcopy(spec.component))
         context = SinkContext(name, sid, settings, MappingProxyType({**conf, **spec.conf}),
                               settings.kafka)
-        open_sink(sink, context)
+        sink.open(context)
         sinks[sid] = sink
     return sinks
 

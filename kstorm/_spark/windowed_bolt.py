@@ -2,8 +2,8 @@
 
 A windowed bolt's stage is grouped by ``__task``; for each task and micro-batch the processor
 
-1. loads the task's :class:`~kstorm.windowing._task.WindowedTask` snapshot from a TWS value state
-   (versioned by batch id, so a replayed batch starts from exactly the state its first
+1. loads the task's :class:`~kstorm._runtime.window_task.WindowedTask` snapshot from a TWS
+   value state (versioned by batch id, so a replayed batch starts from exactly the state its first
    attempt saw) -- or, on the first batch after a lost checkpoint, from the snapshot a
    stateful sink stored with its offsets;
 2. runs the batch's tuples through it at the batch's processing time (Spark's batch
@@ -18,7 +18,7 @@ the sinks' offsets (``state`` of :meth:`BaseSink.commit`), so the windows surviv
 checkpoint.
 
 With ``topology.state.provider`` other than ``spark`` the provider holds the task instead
-(steps 1 and 3 read and prepare it there, ``kstorm/windowing/_kvstore.py``; the stateful
+(steps 1 and 3 read and prepare it there, ``kstorm/_runtime/window_kvstore.py``; the stateful
 variant's ``KeyValueState`` too): the driver commits it after the sinks and recovers it at
 the sinks' txid after a lost checkpoint (``kstorm/_runtime/state_book.py``).
 """
@@ -34,6 +34,9 @@ from typing import Any
 import pyarrow as pa
 
 from kstorm._runtime.envelope import NOW_COLUMN, Outgoing, state_dest, to_arrow
+from kstorm._runtime.window_kvstore import KVChunks, WindowKV, internal_state, window_namespace
+from kstorm._runtime.window_store import PersistentTuples
+from kstorm._runtime.window_task import WindowedTask
 from kstorm._spark.speedups.gc_control import freeze_imports
 from kstorm._spark.stage import (
     MapStateKeyValue,
@@ -46,9 +49,6 @@ from kstorm._spark.stage import (
     typed_rows,
 )
 from kstorm.tuple import Tuple
-from kstorm.windowing._kvstore import KVChunks, WindowKV, internal_state, window_namespace
-from kstorm.windowing._store import PersistentTuples
-from kstorm.windowing._task import WindowedTask
 from kstorm.windowing.bolt import acks_on_arrival
 from kstorm.windowing.config import WindowConfig
 from kstorm.windowing.sessions import bind_session_keys
@@ -230,7 +230,7 @@ def _provider_state(ctx: StageContext, component: str, task: int, *,
 
 
 class _ProviderWindows:
-    """A task's windows held by the state provider (``kstorm/windowing/_kvstore.py``)."""
+    """A task's windows held by the state provider (``kstorm/_runtime/window_kvstore.py``)."""
 
     def __init__(self, ctx: StageContext, spec: WindowedStageSpec, task: int) -> None:
         self.ctx, self.spec, self.task = ctx, spec, task

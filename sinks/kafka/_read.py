@@ -18,8 +18,8 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from kstorm._kafka.connection import KafkaConnection, as_connection
 from kstorm.errors import SinkError
+from kstorm.kafka.connection import KafkaConnection, as_connection
 
 from ._book import Offsets, assemble_state
 

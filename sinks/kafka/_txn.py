@@ -17,8 +17,8 @@ from typing import Any, Literal, TypeVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 
-from kstorm._kafka.connection import KafkaConnection
 from kstorm.errors import SinkError
+from kstorm.kafka.connection import KafkaConnection
 
 log = logging.getLogger("kstorm.sinks.kafka")
 Kind = Literal["fenced", "fatal", "abortable", "retriable", "error"]

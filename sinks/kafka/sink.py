@@ -17,9 +17,9 @@ from typing import Any, NoReturn
 
 from confluent_kafka import TopicPartition
 
-from kstorm._kafka.connection import KafkaConnection
-from kstorm._testhooks import pause_after_commit, pause_before_commit
 from kstorm.errors import ConfigError, SinkError
+from kstorm.failpoints import pause_after_commit, pause_before_commit
+from kstorm.kafka.connection import KafkaConnection
 from kstorm.sink import BaseSink, CommitRecord, SinkBatch, SinkContext
 from serdes.base import Serde
 from serdes.json import JsonSerde
@@ -180,7 +180,7 @@ class KafkaSink(BaseSink):
         5. ``send_offsets_to_transaction``: the batch's source end offsets and the marker
            (``txid + 1``), in the sink's group.
         6. Test hook: pause here if ``KSTORM_TEST_PAUSE_IN_COMMIT`` is set
-           (``kstorm/_testhooks.py``).
+           (``kstorm/failpoints.py``).
         7. ``commit_transaction``: records, offsets and marker become visible at once.
 
         A failure aborts the transaction and raises SinkError; the batch is replayed under the

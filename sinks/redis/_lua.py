@@ -23,7 +23,7 @@ Calling convention::
             n_chunks, <chunk> * n_chunks, n_states]    (chunks in ARGV, or in stage)
 
 With ``n_states`` > 0 the script ends with seed 000's commit of those Redis state provider
-tasks at the same txid (``kstorm.redis_state.StateCommit``): values, record and states in
+tasks at the same txid (``kstorm.state.redis.StateCommit``): values, record and states in
 one atomic step.
 
 A chunk is a JSON array of strings ``[key, field, n, value_1 .. value_n, ...]``
@@ -32,7 +32,7 @@ A chunk is a JSON array of strings ``[key, field, n, value_1 .. value_n, ...]``
 
 from __future__ import annotations
 
-from kstorm.redis_state import STATE_COMMIT_FUNCTION
+from kstorm.state.redis import STATE_COMMIT_FUNCTION
 
 from .merge import LuaMerge
 

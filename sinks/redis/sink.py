@@ -18,10 +18,10 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from kstorm._testhooks import pause_after_commit, pause_before_commit
 from kstorm.errors import ConfigError, SinkError
-from kstorm.redis_state import STATES_ONLY, StateCommit
+from kstorm.failpoints import pause_after_commit, pause_before_commit
 from kstorm.sink import BaseSink, CommitRecord, SinkBatch, SinkContext
+from kstorm.state.redis import STATES_ONLY, StateCommit
 
 from ._batch import Entry, Row, build_entries, flatten, key_function, value_function
 from ._codec import VALUE_CODECS, ValueCodec

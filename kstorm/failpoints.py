@@ -9,7 +9,9 @@ Set one of these in the environment of the process that commits:
 - ``KSTORM_TEST_PAUSE_AFTER_COMMIT=<file>``: the same right after a sink's commit: a kill
   there leaves the sink one batch ahead of Spark's commit log.
 
-Unset, each hook costs one environment lookup. Tests only: nothing in a sink's public API.
+Unset, each hook costs one environment lookup. A sink of your own gets the same kill tests
+as kstorm's by calling :func:`pause_before_commit` just before its atomic step and
+:func:`pause_after_commit` right after it.
 """
 
 from __future__ import annotations

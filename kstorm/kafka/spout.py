@@ -27,11 +27,11 @@ from typing import Any, ClassVar, cast
 
 import pyarrow as pa
 
-from kstorm._kafka.connection import KafkaConnection, is_secret_key
 from kstorm._runtime.envelope import ERROR_COLUMN, RAW_COLUMN
 from kstorm.acking.retry import RetryPolicy
 from kstorm.component import OutputFieldsDeclarer
 from kstorm.errors import ConfigError, MissingDependencyError
+from kstorm.kafka.connection import KafkaConnection, is_secret_key
 from kstorm.spout import BaseRichSpout
 from kstorm.tuple import Fields
 from serdes.base import Serde

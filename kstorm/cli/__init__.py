@@ -74,7 +74,7 @@ def cli(verbose: bool) -> None:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 
-@cli.command()
+@cli.command("demo")
 @click.option("--events", type=int, default=20_000, show_default=True,
               help="events to produce")
 @click.option("--partitions", type=int, default=4, show_default=True,
@@ -82,15 +82,15 @@ def cli(verbose: bool) -> None:
 @click.option("--per-batch", type=int, default=5_000, show_default=True,
               help="max offsets per micro-batch")
 @click.option("--rows", type=int, default=15, show_default=True, help="result rows to print")
-def demo(events: int, partitions: int, per_batch: int, rows: int) -> None:
+def demo_command(events: int, partitions: int, per_batch: int, rows: int) -> None:
     """Run the demo topology on the embedded broker and Redis."""
     import datetime as dt
 
     from rich.console import Console
     from rich.table import Table
 
-    from kstorm import demo as the_demo
     from kstorm._spark.java import check_java
+    from kstorm.cli import demo as the_demo
 
     check_java()
     console = Console()
@@ -145,7 +145,7 @@ def warm_up(master: str, if_needed: bool) -> None:
         return
     check_java()
     from kstorm._spark.session import apply_deferred_extensions, get_session, stop_jvm
-    from kstorm._warmup_topology import warm_up_topology
+    from kstorm.cli._warmup_topology import warm_up_topology
     from kstorm.config import TopologyConfig
     from kstorm.testing import run_to_completion
 
@@ -192,11 +192,12 @@ def run(target: str, conf_file: Path | None, overrides: tuple[str, ...],
     import signal
     import threading
 
-    from kstorm import launcher, submit_topology
+    from kstorm import submit_topology
     from kstorm._spark.java import check_java
+    from kstorm.cli import project
 
-    conf = launcher.load_conf(conf_file, os.environ, overrides)
-    default_name, topology = launcher.load_topology(target)
+    conf = project.load_conf(conf_file, os.environ, overrides)
+    default_name, topology = project.load_topology(target)
     name = name or topology.transactional_id or default_name
     check_java()
     stop = threading.Event()
@@ -249,12 +250,12 @@ def submit(target: str, master: str | None, conf_file: Path | None,
     import subprocess
     import tempfile
 
-    from kstorm import launcher
     from kstorm._spark.speedups.launch import spark_submit_command
+    from kstorm.cli import project
 
     with tempfile.TemporaryDirectory(prefix="kstorm-submit-") as tmp:
         archive = Path(tmp) / "project.zip"
-        shipped = launcher.project_archive(Path.cwd(), archive)
+        shipped = project.project_archive(Path.cwd(), archive)
         submit_args = [*(["--master", master] if master else []), *spark_args]
         run_args = [*(["--conf", str(conf_file.resolve())] if conf_file else []),
                     *[a for o in overrides for a in ("-c", o)],
@@ -292,22 +293,22 @@ def _with_private_jvm_tmpdir(environ: Mapping[str, str]) -> dict[str, str]:
     return env
 
 
-@cli.command()
+@cli.command("describe")
 @click.argument("target")
 @click.option("--mermaid", is_flag=True, help="print a Mermaid flowchart instead")
-def describe(target: str, mermaid: bool) -> None:
+def describe_command(target: str, mermaid: bool) -> None:
     """Show TARGET's components, groupings and compiled Spark plan (pkg.module:attr)."""
-    from kstorm import describe as describing
-    from kstorm import launcher
+    from kstorm.cli import describe as describing
+    from kstorm.cli import project
 
-    _, topology = launcher.load_topology(target)
+    _, topology = project.load_topology(target)
     click.echo(describing.mermaid(topology) if mermaid else describing.describe(topology))
 
 
-@cli.command()
-def doctor() -> None:
+@cli.command("doctor")
+def doctor_command() -> None:
     """Check Java, redis-server, the broker, the class cache and versions."""
-    from kstorm import doctor as checks
+    from kstorm.cli import doctor as checks
 
     results = checks.run_checks()
     click.echo(checks.render(results))
@@ -328,6 +329,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     return status if isinstance(status, int) else 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -43,8 +43,8 @@ import pickle
 from collections.abc import Hashable, Iterable, Sequence
 from typing import Any, Protocol
 
+from kstorm._runtime.window_store import PersistentTuples, PersistentWindow
 from kstorm.tuple import Tuple
-from kstorm.windowing._store import PersistentTuples, PersistentWindow
 from kstorm.windowing.config import WindowConfig
 from kstorm.windowing.durations import Count
 from kstorm.windowing.manager import WindowManager, default_source

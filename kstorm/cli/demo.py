@@ -304,7 +304,7 @@ def _produce(bootstrap: str, topic: str, partitions: int, evts: list[dict[str, A
     from confluent_kafka import Producer
 
     from kstorm._kafka.client import create_topic
-    from kstorm._kafka.connection import KafkaConnection
+    from kstorm.kafka.connection import KafkaConnection
 
     create_topic(bootstrap, topic, partitions)
     connection = KafkaConnection(bootstrap_servers=bootstrap)

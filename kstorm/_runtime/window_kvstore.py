@@ -9,7 +9,7 @@ or without a message-id field alike. A batch writes what changed, not the whole 
 
 - ``("t", seq)``: one held tuple, written once when it enters the task and deleted once the
   windows are done with it (evicted, or it never joined one);
-- ``("c", first_ref)``: a persistent window's chunk of tuples (:mod:`._store`), written when
+- ``("c", first_ref)``: a persistent window's chunk of tuples (:mod:`.window_store`), written when
   the chunk is new and deleted when none of its tuples is held;
 - ``("meta",)``: everything else, small: the positions ``(timestamp, seq)`` of the held
   tuples, the window bounds and triggers, the watermark, the message-id ledger, the
@@ -19,8 +19,8 @@ Example:
     >>> from kstorm.state import InMemoryKeyValueState
     >>> from kstorm.tuple import Fields
     >>> from kstorm.windowing import Count, WindowConfig
-    >>> from kstorm.windowing._task import Collect, WindowedTask
-    >>> kv = InMemoryKeyValueState()
+    >>> from kstorm._runtime.window_task import Collect, WindowedTask
+    >>> kv = InMemoryKeyValueState("doc:w:0")
     >>> task = WindowedTask("w", WindowConfig(Count(3), tumbling=True))
     >>> task.process([Tuple([x], Fields("x"), "s") for x in "ab"], 1_000, Collect())
     >>> WindowKV(kv, "w").save(task)
@@ -34,10 +34,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from kstorm._runtime.window_task import WindowedTask
 from kstorm.errors import StateError
 from kstorm.state import state_namespace
 from kstorm.tuple import Tuple
-from kstorm.windowing._task import WindowedTask
 
 META = ("meta",)
 _PARTS = ("entries", "pending", "heap", "replayed")
@@ -68,7 +68,7 @@ def _discard(kv: Any, key: Any) -> None:
 
 
 class KVChunks:
-    """A persistent window's chunk backend (:class:`._store.ChunkBackend`) in a state."""
+    """A persistent window's chunk backend (:class:`.window_store.ChunkBackend`) in a state."""
 
     def __init__(self, kv: Any) -> None:
         self.kv = kv

@@ -62,52 +62,6 @@ class KeyValueState(Protocol):
     def __iter__(self) -> Iterator[tuple[Any, Any]]: ...
 
 
-class InMemoryKeyValueState:
-    """A dict-backed :class:`KeyValueState` that records what changed since :meth:`take_changes`.
-
-    The Spark runtime loads a task's state into one of these before a batch and writes the
-    changes back to the state store when the batch's task finishes.
-    """
-
-    __slots__ = ("_data", "_dirty", "_deleted")
-
-    def __init__(self, data: dict[Any, Any] | None = None) -> None:
-        self._data: dict[Any, Any] = dict(data or {})
-        self._dirty: set[Any] = set()
-        self._deleted: set[Any] = set()
-
-    def put(self, key: Any, value: Any) -> None:
-        """Set ``key`` to ``value``."""
-        self._data[key] = value
-        self._dirty.add(key)
-        self._deleted.discard(key)
-
-    def get(self, key: Any, default: Any = None) -> Any:
-        """Value of ``key``, or ``default``."""
-        return self._data.get(key, default)
-
-    def delete(self, key: Any) -> Any:
-        """Remove ``key``; returns its old value (or None)."""
-        self._dirty.discard(key)
-        if key in self._data:
-            self._deleted.add(key)
-        return self._data.pop(key, None)
-
-    def __iter__(self) -> Iterator[tuple[Any, Any]]:
-        return iter(list(self._data.items()))
-
-    def __len__(self) -> int:
-        return len(self._data)
-
-    def take_changes(self) -> tuple[dict[Any, Any], set[Any]]:
-        """Entries written and keys deleted since the last call; resets the record."""
-        changed = {k: self._data[k] for k in self._dirty}
-        deleted = set(self._deleted)
-        self._dirty.clear()
-        self._deleted.clear()
-        return changed, deleted
-
-
 # -- seed 000's state protocol and providers ---------------------------------------------------
 
 
@@ -276,8 +230,8 @@ _ABSENT = object()
 _MEMORY: dict[str, _Namespace] = {}
 
 
-class MemoryKeyValueState:
-    """Seed 000's in-memory ``KeyValueState``: the full protocol, in this process only.
+class InMemoryKeyValueState:
+    """Storm's ``InMemoryKeyValueState`` (seed 000): the full protocol, in this process only.
 
     Not durable: everything is gone with the process, and Spark's Python workers are other
     processes than the driver, so the ``memory`` provider is refused on Spark. It is for
@@ -364,9 +318,9 @@ class MemoryKeyValueState:
 class InMemoryKeyValueStateProvider:
     """``topology.state.provider = memory`` (Storm's ``InMemoryKeyValueStateProvider``)."""
 
-    def new_state(self, namespace: str, conf: Any, context: Any) -> MemoryKeyValueState:
+    def new_state(self, namespace: str, conf: Any, context: Any) -> InMemoryKeyValueState:
         """The state of ``namespace`` (one task of one component)."""
-        return MemoryKeyValueState(namespace)
+        return InMemoryKeyValueState(namespace)
 
     @staticmethod
     def clear() -> None:
