@@ -44,7 +44,13 @@ from kstorm._spark.offset_log import (
     next_batch_id,
     replay_last_batch,
 )
-from kstorm._spark.session import lost_jvm, session_for, start_read_planner, start_zygote
+from kstorm._spark.session import (
+    lost_jvm,
+    session_for,
+    spark_stopped,
+    start_read_planner,
+    start_zygote,
+)
 from kstorm._spark.stage import release_instances
 from kstorm._spark.windowed import WindowCommit
 from kstorm.config import Guarantee, TopologyConfig, TriggerMode
@@ -211,10 +217,10 @@ def _start_locked(name: str, conf: dict[str, Any], topology: StormTopology,
         try:
             release_instances(spark, compiled.run)
         except Exception as exc:
-            if not lost_jvm(exc):
+            if not (lost_jvm(exc) or spark_stopped(spark)):
                 raise
-            log.info("topology %r: its bolts' cleanup did not run: Spark's processes had "
-                     "stopped already", name)
+            log.info("topology %r: its bolts' cleanup did not run: Spark had stopped already "
+                     "(a signal sent to the whole process group stops Spark's JVM too)", name)
         finally:
             lock.release()
 

@@ -197,6 +197,19 @@ def lost_jvm(exc: BaseException) -> bool:
     return False
 
 
+def spark_stopped(spark: SparkSession) -> bool:
+    """Whether the session's SparkContext is stopped or stopping, or its JVM gone.
+
+    A signal sent to the whole process group reaches Spark's JVM too, whose shutdown hook
+    stops the SparkContext while the driver still stops the topology: a job started then
+    fails inside Spark (a ``NullPointerException`` from a stopped ``DAGScheduler``).
+    """
+    try:
+        return bool(spark.sparkContext._jsc.sc().isStopped())
+    except Exception as exc:  # noqa: BLE001 - a JVM that cannot answer has stopped too
+        return lost_jvm(exc)
+
+
 def _quiet_accumulator_server(spark: SparkSession) -> None:
     """The accumulator server of pyspark logs a lost JVM connection at debug, not as a traceback.
 
