@@ -31,6 +31,7 @@ class Runs:
         self.timeline: list[str] = []
         self.count = 0
         self.logs: list[Path] = []
+        self.cwd: Path | None = None  # the runs' working directory (default: this process's)
 
     def txid(self) -> int:
         raw = self.client.hget(f"kstorm:{self.name}:store:offsets", "txid")
@@ -40,7 +41,7 @@ class Runs:
         self.count += 1
         run = TopologyProcess.start(self.argv + ["--timeout", str(RUN_TIMEOUT)], self.dir,
                                     f"run{self.count}", {**self.env, **(env or {})},
-                                    module=self.module)
+                                    module=self.module, cwd=self.cwd)
         self.logs.append(run.log)
         self.timeline.append(f"run{self.count} started at txid {self.txid()}")
         return run

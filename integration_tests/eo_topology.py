@@ -253,11 +253,12 @@ class TopologyProcess:
 
     @classmethod
     def start(cls, argv: list[str], log_dir: Path, label: str,
-              env: dict[str, str] | None = None, module: str = "eo_topology"
-              ) -> TopologyProcess:
+              env: dict[str, str] | None = None, module: str = "eo_topology",
+              cwd: Path | None = None) -> TopologyProcess:
         """Run ``python -m <module> <argv>``; output to ``<label>.log``, Spark's log beside.
 
-        ``module`` is any runner importable from the repo or ``integration_tests``.
+        ``module`` is any runner importable from the repo or ``integration_tests``;
+        ``cwd`` its working directory (default: this process's).
         """
         paths = [str(REPO), str(REPO / "integration_tests"),
                  *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
@@ -269,7 +270,8 @@ class TopologyProcess:
         out = open(log, "wb")  # noqa: SIM115 (closed by kill/wait)
         process = subprocess.Popen([sys.executable, "-m", module, *argv], env=full_env,
                                    stdout=out, stderr=subprocess.STDOUT,
-                                   stdin=subprocess.DEVNULL, start_new_session=True)
+                                   stdin=subprocess.DEVNULL, start_new_session=True,
+                                   cwd=cwd)
         return cls(process, log, [out])
 
     @property

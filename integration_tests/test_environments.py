@@ -1,7 +1,7 @@
 """The stateful word count exact where the environment moves: temporary directories of every
 length kstorm has a threshold for, a temporary directory on another file system than the
-checkpoint, a home without a usable ``~/.cache``, and two topologies on one host at once,
-one of them killed.
+checkpoint, a home without a usable ``~/.cache``, two topologies on one host at once, one of
+them killed, and a working directory deleted under the driver.
 
 Each run is ``python -m wc_topology`` (KafkaSpout -> split -> ``BaseStatefulBolt`` count,
 fields grouping -> RedisSink) in a process of its own with the environment under test,
@@ -15,6 +15,7 @@ import json
 import os
 import shutil
 import tempfile
+import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -22,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _runs import Runs
+from _runs import RUN_TIMEOUT, Runs
 from topologies import sentence_records
 
 from kstorm._kafka.client import create_topic
@@ -139,3 +140,29 @@ def test_word_count_exact_on_the_public_routes_only(
     _exact_after_a_kill(runs, truth)
     log = runs.logs[-1].read_text()
     assert "data path on the public route" in log, log[-2000:]
+
+
+def test_word_count_exact_when_its_working_directory_is_deleted_under_it(
+        spark: Any, kafka: Any, redis_server: Any, produce: Any, tmp_path: Path) -> None:
+    """The driver's working directory removed while it runs (a cleaned-up build or release
+    directory): Spark's Python processes still start (the zygote's launcher hands over to
+    Python itself), the run ends by itself, and every count is exact after a kill too."""
+    runs, truth = _word_count(kafka, redis_server, produce, tmp_path, {})
+    for attempt in ("killed", "finishing"):
+        work = tmp_path / f"work-{attempt}"
+        work.mkdir()
+        runs.cwd = work
+        before = runs.txid()
+        run = runs.start()
+        assert runs.await_commit(run, before) or run.exited() == 0, runs.report(run)
+        shutil.rmtree(work)
+        runs.timeline.append(f"run{runs.count}: its working directory deleted at txid "
+                             f"{runs.txid()}")
+        if attempt == "killed":
+            time.sleep(runs.rng.uniform(0.5, 2.0))
+            run.kill()
+            runs.timeline.append(f"run{runs.count} killed at txid {runs.txid()}")
+            continue
+        code = run.wait(RUN_TIMEOUT + 60)
+        assert code == 0, runs.report(run)
+    assert _stored(runs) == dict(truth), "\n".join(runs.timeline)

@@ -322,10 +322,22 @@ def ensure_running(idle_s: float = IDLE_S) -> None:
                 [sys.executable, "-m", "kstorm._spark.speedups.zygote", str(listener.fileno()),
                  str(idle_s)],
                 stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=err, env=env,
-                cwd=os.getcwd(), pass_fds=(listener.fileno(),))
+                cwd=_cwd(), pass_fds=(listener.fileno(),))
         finally:
             err.close()
             listener.close()
+
+
+def _cwd() -> str:
+    """The working directory of this process, or ``/`` once it was deleted under it.
+
+    Each child changes to its launcher's own directory; the zygote's matters only as
+    somewhere to be.
+    """
+    try:
+        return os.getcwd()
+    except OSError:
+        return "/"
 
 
 def stop() -> None:
