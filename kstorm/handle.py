@@ -134,9 +134,8 @@ class TopologyHandle:
             try:
                 on_stop()
             except Exception as exc:  # noqa: BLE001 - the topology's own outcome stands
-                first = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
                 log.warning("topology %r: its bolts' cleanup did not run everywhere: %s",
-                            self.name, first)
+                            self.name, _last_exception_line(str(exc).strip()))
                 log.debug("topology %r: the cleanup's failure in full", self.name,
                           exc_info=exc)
 
