@@ -91,6 +91,7 @@ from kstorm._runtime.plan import (
     compile_plan,
     source_kind,
 )
+from kstorm._runtime.reconcile import FIRST_TXID
 from kstorm._runtime.reliability import BatchOutcome, apply_decisions, spout_batch
 from kstorm._runtime.sparkhash import spark_task
 from kstorm._runtime.spout_executor import BatchBounds, SpoutExecutor
@@ -549,7 +550,8 @@ class TopologyTestDriver:
     # -- one batch -------------------------------------------------------------------------
 
     def _batch(self, tuples: dict[str, list[Tuple]]) -> None:
-        batch_id, txid = self.batch_id, self.batch_id
+        batch_id = self.batch_id
+        txid = batch_id + (FIRST_TXID if self.topology.transactional_id is not None else 0)
         attempt = 0
         self._inputs = set(tuples)  # the spouts with a batch of their own (not only retries)
         retries = self._retries(tuples)

@@ -65,7 +65,7 @@ def test_an_execute_error_replays_the_transaction_and_the_count_is_whole() -> No
     with TopologyTestDriver(_topology(), {"kstorm.transaction.backoff.ms": 0}) as driver:
         driver.pipe("spout", [["a"], ["bad"], ["c"]])
         assert FlakySum.raised == 1
-        assert driver.output("out") == [[0, 3]]  # a global count of 3 stores 3
+        assert driver.output("out") == [[1, 3]]  # a global count of 3 stores 3 (txid 1)
         assert driver.dead_letters == []
 
 

@@ -33,6 +33,8 @@ from kstorm.sink import CommitRecord
 log = logging.getLogger("kstorm.reconcile")
 
 
+FIRST_TXID = 1  # a new transactional topology's first txid (Storm: "the first batch has id 1")
+
 @dataclass(frozen=True)
 class Resume:
     """Where a topology starts."""
