@@ -67,7 +67,7 @@ def test_transactional_global_count_example_counts_every_tuple_once(
     out = capsys.readouterr().out
     assert "global-count:total = 19 (expected 19)" in out
     assert [line.split(":")[0] for line in out.splitlines() if line.startswith("txid")] == \
-        ["txid 0", "txid 1", "txid 2"]
+        ["txid 1", "txid 2", "txid 3"]  # Storm: "the first batch has id 1"
 
 
 def test_transactional_word_count_example_updates_both_stores_exactly(

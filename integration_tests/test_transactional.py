@@ -61,6 +61,7 @@ def _total() -> int:
 
 def test_global_count_commits_in_txid_order_through_c_and_d(
         spark: Any, redis_server: Any, checkpoint_dir: Path) -> None:
+    """Seed 002: "the first batch has id "1", the second has id "2", and so on"."""
     prefix = f"gc-{uuid.uuid4().hex[:6]}"
     tx_topology.ORDER.clear()
     spout = MemoryTransactionalSpout(memory_data(ROWS), Fields("word"), TAKE)
@@ -73,6 +74,7 @@ def test_global_count_commits_in_txid_order_through_c_and_d(
     order = list(tx_topology.ORDER)
     txids = [txid for who, txid in order if who == "B"]
     assert len(txids) >= 8, order
+    assert txids[0] == 1, order
     assert txids == sorted(txids) and len(set(txids)) == len(txids), order
     # each transaction: B (the committer) finishes, then C, then D, before the next starts
     assert order == [(who, txid) for txid in txids for who in ("B", "C", "D")], order
@@ -98,7 +100,7 @@ def test_failed_exception_replays_the_batch_with_a_new_attempt(
         seen.setdefault(txid, []).append(attempt)
     # the failed transactions reached the committer once, on their second attempt
     first_attempts = {txid: attempts[0] for txid, attempts in seen.items()}
-    assert first_attempts[1] != first_attempts[0] and first_attempts[4] != first_attempts[3]
+    assert first_attempts[1] != first_attempts[2] and first_attempts[4] != first_attempts[3]
     assert all(len(a) == 1 for a in seen.values()), seen
     counters = handle.progress["components"]["__transactions"]
     assert counters == {"failed": 2}, counters
@@ -181,10 +183,11 @@ def test_opaque_replay_of_a_different_batch_converges(
         spark: Any, redis_server: Any, checkpoint_dir: Path, tmp_path: Path) -> None:
     prefix = f"op-{uuid.uuid4().hex[:6]}"
     fail_txid = 2
+    before = fail_txid - 1  # whole batches before it (txids start at 1)
     first = {p: [["x"] for _ in range(40)] for p in range(2)}
     # what the partitions hold when txid 2 is replayed: its rows and all later ones changed
     # (seed 002's prevCount story: the replayed batch counts x differently, and adds y)
-    second = {p: rows[:fail_txid * 5] + [["x"] if i % 2 else ["y"] for i in range(30)]
+    second = {p: rows[:before * 5] + [["x"] if i % 2 else ["y"] for i in range(30)]
               for p, rows in first.items()}
     marker = tmp_path / "gate-closed"
     marker.write_text("")
@@ -199,14 +202,14 @@ def test_opaque_replay_of_a_different_batch_converges(
     client = redis.Redis.from_url(redis_server.url)
     # the opaque store committed txid 2 from the first batch before the gate refused it
     assert _stored(client, prefix) == Counter(
-        row[0] for rows in first.values() for row in rows[:(fail_txid + 1) * 5])
+        row[0] for rows in first.values() for row in rows[:(before + 1) * 5])
 
     marker.unlink()
     topology = _word_counts(OpaqueMemoryTransactionalSpout(second, Fields("word"), 5),
                             redis_server.url, prefix, gate)
     _run(prefix, conf, topology)
-    expected = Counter(row[0] for rows in first.values() for row in rows[:fail_txid * 5])
-    expected.update(row[0] for rows in second.values() for row in rows[fail_txid * 5:])
+    expected = Counter(row[0] for rows in first.values() for row in rows[:before * 5])
+    expected.update(row[0] for rows in second.values() for row in rows[before * 5:])
     assert _stored(client, prefix) == expected
 
 

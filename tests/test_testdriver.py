@@ -338,6 +338,9 @@ class Sum(BaseTransactionalBolt, ICommitter):
 
 
 def test_a_transactional_topology_gets_its_attempt_and_commits_in_txid_order() -> None:
+    """Seed 002: "The transaction id increases by 1 for every batch emitted. So the first
+    batch has id "1", the second has id "2", and so on."
+    """
     spout = MemoryTransactionalSpout({0: [["a"]]}, Fields("word"), 10)
     builder = TransactionalTopologyBuilder("count", "spout", spout)
     builder.set_bolt("partial", Partial(), 2).shuffle_grouping("spout")

@@ -11,6 +11,7 @@ from kstorm import BaseBasicBolt, BaseRichBolt, Fields, KafkaSpout
 from kstorm._runtime.committers import run_commit_stage
 from kstorm._runtime.envelope import EMPTY, Outgoing, pack, to_arrow
 from kstorm._runtime.plan import COMMIT, compile_plan
+from kstorm._runtime.reconcile import Resume, numbered_from_one
 from kstorm._runtime.transaction import Transactions, classify
 from kstorm.config import TopologyConfig
 from kstorm.errors import (
@@ -317,3 +318,23 @@ def test_pipelining_more_than_one_transaction_is_refused_not_ignored() -> None:
 
 def test_a_transactional_bolt_is_a_batch_bolt() -> None:
     assert BaseTransactionalBolt.is_batch_bolt and getattr(Sum, "is_committer", False)
+
+
+@pytest.mark.parametrize(("last_batch", "resume", "recorded", "base"), [
+    (None, Resume(), False, 1),  # a new topology: "the first batch has id 1"
+    (None, Resume(), True, 0),  # its checkpoint recorded base 0 (an older kstorm): kept
+    (3, Resume(), False, 0),  # committed batches, no record of a base: an older checkpoint
+    (None, Resume(8, "store", {"t": {0: 5}}), False, 8),  # after a sink's txid 7
+    (5, Resume(txid_base=1), True, 1),  # its own recorded base
+])
+def test_a_new_transactional_topology_numbers_its_txids_from_one(
+        last_batch: int | None, resume: Resume, recorded: bool, base: int) -> None:
+    """Seed 002: "The transaction id increases by 1 for every batch emitted. So the first
+    batch has id "1", the second has id "2", and so on." Existing checkpoints and sinks
+    keep their numbering.
+    """
+    got = numbered_from_one(resume, transactional=True, last_batch=last_batch,
+                            base_recorded=recorded)
+    assert got.txid_base == base
+    assert numbered_from_one(resume, transactional=False, last_batch=last_batch,
+                             base_recorded=recorded) == resume  # plain: txid = batch id

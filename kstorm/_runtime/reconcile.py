@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from kstorm.sink import CommitRecord
 
@@ -34,6 +34,7 @@ log = logging.getLogger("kstorm.reconcile")
 
 
 FIRST_TXID = 1  # a new transactional topology's first txid (Storm: "the first batch has id 1")
+
 
 @dataclass(frozen=True)
 class Resume:
@@ -87,3 +88,28 @@ def decide(last_batch: int | None, txid_base: int, checkpoint_exists: bool,
     log.warning("sink %r is at txid %s, behind the checkpoint (txid %s): resuming from the "
                 "sink's offsets", sid, record.txid, at)
     return Resume(record.txid + 1, sid, record.offsets, reset_checkpoint=True)
+
+
+def numbered_from_one(resume: Resume, *, transactional: bool, last_batch: int | None,
+                      base_recorded: bool) -> Resume:
+    """``resume`` with a new transactional topology's txids starting at :data:`FIRST_TXID`.
+
+    Storm's *Transactional topologies*: "the first batch has id 1, the second has id 2".
+    Only a topology with nothing committed anywhere starts there: a checkpoint that recorded
+    its base keeps it, a checkpoint from before the base was recorded (committed batches, no
+    ``txid_base`` file) keeps base 0, and a start from a sink's record continues after it.
+    Plain topologies keep txid = Spark batch id.
+
+    Example:
+        >>> numbered_from_one(Resume(), transactional=True, last_batch=None,
+        ...                   base_recorded=False).txid_base
+        1
+        >>> numbered_from_one(Resume(), transactional=True, last_batch=4,
+        ...                   base_recorded=False).txid_base
+        0
+    """
+    fresh = (last_batch is None and resume.from_sink is None and resume.txid_base == 0
+             and not base_recorded)
+    if transactional and fresh:
+        return replace(resume, txid_base=FIRST_TXID)
+    return resume

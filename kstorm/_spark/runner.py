@@ -32,7 +32,6 @@ from kstorm._runtime.checkpoint_lock import CheckpointLock
 from kstorm._runtime.deadletter import DeadLetterWriter
 from kstorm._runtime.plan import acking_plan, check_window_timeouts, compile_plan, source_kind
 from kstorm._runtime.progress import Progress
-from kstorm._runtime.reconcile import FIRST_TXID
 from kstorm._runtime.reliability import SpoutReliability, lowest_unacked
 from kstorm._runtime.state_book import StateBook
 from kstorm._spark import overlap, speedups
@@ -112,12 +111,9 @@ def _start_locked(name: str, conf: dict[str, Any], topology: StormTopology,
         raise
     resume = reconcile.decide(last_batch, layout.txid_base(), existed, records,
                               replayable=not refused)
-    if (topology.transactional_id is not None and last_batch is None
-            and resume.from_sink is None and resume.txid_base == 0
-            and not layout.txid_base_path.exists()):
-        # Storm's Transactional topologies: "the first batch has id 1". A checkpoint that
-        # recorded its base keeps it; an older one without the file started at 0.
-        resume = dataclasses.replace(resume, txid_base=FIRST_TXID)
+    resume = reconcile.numbered_from_one(
+        resume, transactional=topology.transactional_id is not None, last_batch=last_batch,
+        base_recorded=layout.txid_base_path.exists())
     if resume.replay_last is not None:
         removed = replay_last_batch(checkpoint, resume.replay_last)
         log.warning("topology %r: batch %s (txid %s) runs again from its logged offsets: Spark "
