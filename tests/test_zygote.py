@@ -150,7 +150,7 @@ def test_the_launcher_runs_python_as_invoked_not_its_symlink_target(tmp_path,
 
 def test_the_zygote_lives_while_its_children_do_then_exits_when_idle(probe, tmp_path) -> None:
     zygote.stop()
-    zygote.ensure_running(idle_s=0.5)
+    zygote.ensure_running(idle_s=0.5, first_s=0.5)
     proc = _launch(probe, tmp_path, "--sleep", "2")
     out = _result(proc)
     assert out["ppid"] == zygote._proc.pid

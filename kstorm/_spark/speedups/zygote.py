@@ -22,8 +22,9 @@ Spark's processes are forked from it:
   py4j zip on the path that is not the installed pyspark's, no zygote listening.
 - The zygote is the parent of the processes it forked, as the JVM would be, and lives
   while any of them runs (reaping them: nothing is left to ``init``, or to a driver that
-  is a container's PID 1). With none, it exits ``idle_s`` after its last fork;
-  :func:`ensure_running` starts it again as a query starts. It also exits when the
+  is a container's PID 1). With none, it exits ``idle_s`` after its last fork, but not
+  within ``first_s`` of a query's start (:func:`ensure_running`, which also starts it again
+  as a query starts): a query's planner helpers may end well before its batch workers ask. It also exits when the
   driver's pipe to it closes (the driver exited, or :func:`stop`); a child then outlives
   it, and its launcher waits for the child's exit (``pidfd``).
 
@@ -51,6 +52,7 @@ from pathlib import Path
 log = logging.getLogger("kstorm.spark")
 
 IDLE_S = 5.0  # a query's helpers start within ~2 s of each other on a busy 2-core machine
+FIRST_S = 120.0  # from a query's start until its batch workers have asked at least once
 ENV = "KSTORM_ZYGOTE"  # the zygote's address, in the JVM's (and so the launcher's) environment
 
 # The modules Spark's helpers run and what they unpickle (kstorm's data source).
@@ -290,8 +292,12 @@ def _remove_orphans(folder: Path) -> None:
                 entry.unlink()
 
 
-def ensure_running(idle_s: float = IDLE_S) -> None:
-    """Start the zygote unless it runs (it exits by itself once idle for ``idle_s``)."""
+def ensure_running(idle_s: float = IDLE_S, first_s: float = FIRST_S) -> None:
+    """Start the zygote unless it runs, and keep it for the query about to start.
+
+    It exits by itself once it has had no child for ``idle_s`` — but not before
+    ``first_s`` after this call, so a query whose batch workers start late still finds it.
+    """
     global _proc, _stop_registered
     with _lock:
         if _proc is not None and _proc.poll() is None:
@@ -320,7 +326,7 @@ def ensure_running(idle_s: float = IDLE_S) -> None:
                 _stop_registered = True
             _proc = subprocess.Popen(  # noqa: S603
                 [sys.executable, "-m", "kstorm._spark.speedups.zygote", str(listener.fileno()),
-                 str(idle_s)],
+                 str(idle_s), str(first_s)],
                 stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=err, env=env,
                 cwd=_cwd(), pass_fds=(listener.fileno(),))
         finally:
@@ -364,7 +370,7 @@ def _reap(proc: subprocess.Popen[bytes]) -> None:
 
 # ---- the zygote process -----------------------------------------------------------------
 
-def serve(fd: int, idle_s: float = IDLE_S, first_s: float = 120.0) -> None:
+def serve(fd: int, idle_s: float = IDLE_S, first_s: float = FIRST_S) -> None:
     """Accept the launchers' requests on the listening socket ``fd`` (module docstring)."""
     import selectors
     import signal
@@ -397,8 +403,8 @@ def serve(fd: int, idle_s: float = IDLE_S, first_s: float = 120.0) -> None:
         for key, _ in events:
             if key.data == "accept":
                 conn, _ = listener.accept()
-                if state.fork_for(conn):
-                    deadline = clock() + idle_s
+                if state.fork_for(conn):  # never sooner than a starting query's window
+                    deadline = max(deadline, clock() + idle_s)
             elif key.data == "driver":
                 if not os.read(0, 64):
                     done = True
@@ -652,4 +658,5 @@ def _recv(conn, n: int) -> bytes | None:  # noqa: ANN001
 
 
 if __name__ == "__main__":
-    serve(int(sys.argv[1]), float(sys.argv[2]) if len(sys.argv) > 2 else IDLE_S)
+    serve(int(sys.argv[1]), float(sys.argv[2]) if len(sys.argv) > 2 else IDLE_S,
+          float(sys.argv[3]) if len(sys.argv) > 3 else FIRST_S)
