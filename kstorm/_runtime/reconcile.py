@@ -60,8 +60,9 @@ def decide(last_batch: int | None, txid_base: int, checkpoint_exists: bool,
             (a topology whose sinks commit after Spark's commit log, all state with them).
 
     Example:
-        >>> decide(None, 0, False, {"store": CommitRecord(7, {"t": {0: 100}})})
-        Resume(txid_base=8, from_sink='store', offsets={'t': {0: 100}}, reset_checkpoint=False)
+        >>> r = decide(None, 0, False, {"store": CommitRecord(7, {"t": {0: 100}})})
+        >>> r.txid_base, r.from_sink, r.offsets, r.reset_checkpoint
+        (8, 'store', {'t': {0: 100}}, False)
     """
     known = {sid: rec for sid, rec in records.items() if rec is not None}
     if last_batch is None:
@@ -108,8 +109,6 @@ def numbered_from_one(resume: Resume, *, transactional: bool, last_batch: int | 
         ...                   base_recorded=False).txid_base
         0
     """
-    fresh = (last_batch is None and resume.from_sink is None and resume.txid_base == 0
-             and not base_recorded)
-    if transactional and fresh:
+    if transactional and last_batch is None and resume.from_sink is None and not base_recorded:
         return replace(resume, txid_base=FIRST_TXID)
     return resume
