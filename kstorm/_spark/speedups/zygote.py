@@ -24,9 +24,10 @@ Spark's processes are forked from it:
   while any of them runs (reaping them: nothing is left to ``init``, or to a driver that
   is a container's PID 1). With none, it exits ``idle_s`` after its last fork, but not
   within ``first_s`` of a query's start (:func:`ensure_running`, which also starts it again
-  as a query starts): a query's planner helpers may end well before its batch workers ask. It also exits when the
-  driver's pipe to it closes (the driver exited, or :func:`stop`); a child then outlives
-  it, and its launcher waits for the child's exit (``pidfd``).
+  as a query starts): a query's planner helpers may end well before its batch workers
+  ask. It also exits when the driver's pipe to it closes (the driver exited, or
+  :func:`stop`); a child then outlives it, and its launcher waits for the child's exit
+  (``pidfd``).
 
 Used for sessions kstorm starts with a local master on Linux, when ``PYSPARK_PYTHON`` is
 this interpreter (``kstorm.spark.python.zygote``; README "Start-up"). Executors of a cluster
