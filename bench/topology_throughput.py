@@ -174,7 +174,8 @@ class Sampler:
 # (bolt code and kstorm's executor call each other, so the deeper one is where time goes).
 CONTAINING = [
     ("TWS state calls (map state reads, scans and updates over the state server socket)",
-     ("MapStateKeyValue", "tws_map", "state_client", "stateful_processor_api_client")),
+     ("MapStateKeyValue", "tws_map", "state_map", "state_client",
+      "stateful_processor_api_client")),
     ("imports in the Python processes Spark starts per query (pyspark from pyspark.zip, "
      "which has no .pyc, is compiled every time)",
      ("zipimport", "_find_and_load")),
@@ -686,7 +687,7 @@ def reading(r: dict[str, Any], profile: dict[str, Any] | None) -> list[str]:
                 "stateful stage reads each key at most once per batch and task (then from "
                 "a cache), by scanning the task's map once it has made 16 point reads, and "
                 "writes the batch's changes at its end, 64 per round trip "
-                "(`kstorm/_spark/tws_map.py`)."]
+                "(`kstorm/_spark/speedups/state_map.py`)."]
     return [*out, ""]
 
 

@@ -132,4 +132,4 @@ def test_the_state_map_public_route_reads_and_writes_the_map_state() -> None:
     m.remove(b"b")
     assert m.get(b"a") == b"3" and m.get(b"b") is None
     assert dict(m.items()) == {b"a": b"3"} == state.data
-    assert not BinaryMap(state)._fast  # no state server client: the public route
+    assert not BinaryMap(state).fast  # no state server client: the public route

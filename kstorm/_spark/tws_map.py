@@ -1,70 +1,22 @@
-"""A stateful stage's TWS map state, spoken to directly: bytes in, bytes out.
+"""A stateful stage's TWS map state, bytes in, bytes out: the public route, or the switch's.
 
 A stateful bolt's :class:`~kstorm.KeyValueState` lives in one TWS ``MapState`` per task
-(``k binary``, ``v binary``; ``kstorm/_spark/stage.py``). pyspark's ``MapState`` client
-(4.x) turns every key and value into a one-field Row and back: each value the JVM sends is a
-pickled Row whose unpickling parses the schema's JSON again (``_parse_datatype_json_string``)
-and builds a ``Row``; each key sent goes through ``StructType.toInternal`` and a numpy check.
-For a word count that was ~20 µs of Python per state entry read or written, as much as the
-bolt's own work on a tuple (py-spy, ``bench/results/topology.md``).
-
-:class:`BinaryMap` sends the same requests on the same socket (the protocol of pyspark
-4.3.0's ``MapStateClient``: a ``StateRequest`` protobuf, then a response) with the key and
-value pickled as pyspark pickles a one-field row, and reads the JVM's pickled rows with an
-unpickler that maps pyspark's two row-building functions to a plain tuple. When the pyspark
-in use does not have the internals it relies on, is not a release it was tested on, or
-``KSTORM_SPEEDUPS_OFF`` names ``state-map``, it uses the public ``MapState`` methods
-instead (same results, slower; the kill tests run both).
+(``k binary``, ``v binary``; ``kstorm/_spark/stage.py``). The public route is pyspark's
+``MapState`` methods, which turn every key and value into a one-field Row and back. The
+private one (``speedups/state_map.py``, the ``state-map`` speed-up) sends the same requests
+on the state server's socket without the Rows; it is taken only on a pyspark release it was
+tested on and where its private members are there. Otherwise, or where
+``KSTORM_SPEEDUPS_OFF`` names ``state-map``, the public route does the work (same results,
+slower; the kill tests run both).
 """
 
 from __future__ import annotations
 
-import io
-import pickle
-import uuid
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from kstorm.errors import StateServerError
-
-_TYPES = "pyspark.sql.types"
-PIPELINE = 64  # update requests in flight on the state server's socket
-
-
-def _schema_json(text: str) -> str:
-    """Stands for pyspark's ``_parse_datatype_json_string``: the schema is known (bytes)."""
-    return text
-
-
-def _row(*values: Any) -> tuple[Any, ...]:
-    return values
-
-
-def _row_converter(_schema: Any) -> Any:
-    """Stands for pyspark's ``_create_row_inbound_converter``: a row is a plain tuple."""
-    return _row
-
-
-class _RowUnpickler(pickle.Unpickler):
-    """Unpickles a Row the JVM pickled (Pyrolite) as a tuple of its internal values."""
-
-    def find_class(self, module: str, name: str) -> Any:
-        if module == _TYPES and name == "_parse_datatype_json_string":
-            return _schema_json
-        if module == _TYPES and name == "_create_row_inbound_converter":
-            return _row_converter
-        return super().find_class(module, name)
-
-
-def row_value(blob: bytes) -> Any:
-    """The single field of a one-field row the JVM pickled.
-
-    Example:
-        >>> row_value(pickle.dumps((b"v",)))
-        b'v'
-    """
-    value = _RowUnpickler(io.BytesIO(blob)).load()[0]
-    return bytes(value) if type(value) is bytearray else value
+from kstorm._spark import speedups
+from kstorm._spark.speedups import state_map
 
 
 class BinaryMap:
@@ -79,122 +31,51 @@ class BinaryMap:
     def __init__(self, map_state: Any, *, fast: bool | None = None) -> None:
         """The map state ``map_state``, spoken to directly or through its methods.
 
-        ``fast``: None takes the direct route where ``speedups.py`` (``state-map``) and the
-        client's members allow it; False is the public ``MapState`` methods.
+        ``fast``: None takes the direct route where ``speedups`` (``state-map``) and the
+        client's members allow it; False is the public ``MapState`` methods. The route is
+        chosen here, once.
         """
-        from kstorm._spark import speedups
-
         self._ms = map_state
-        self._fast = False
+        self._direct: Any = None
         if fast is False or (fast is None and not speedups.enabled("state-map",
                                                                    private_pyspark=True)):
             return
-        try:
-            from pyspark.serializers import pickle_protocol, write_int
-            from pyspark.sql.streaming.proto import StateMessage_pb2
+        self._direct, why = state_map.connect(map_state)
+        if self._direct is None:
+            speedups.say_off("state-map", why)
 
-            client = map_state._mapStateClient._stateful_processor_api_client
-            self._name = map_state._stateName
-            self._pb = StateMessage_pb2
-            self._protocol = pickle_protocol
-            self._write_int = write_int
-            self._client = client
-            self._fast = hasattr(client, "sockfile") and all(
-                callable(getattr(client, name, None)) for name in
-                ("_receive_proto_message", "_receive_proto_message_with_map_pairs"))
-        except (ImportError, AttributeError):
-            self._fast = False
+    @property
+    def fast(self) -> bool:
+        """Whether this map takes the private route."""
+        return self._direct is not None
 
-    # -- the wire -------------------------------------------------------------------------
-    def _call(self, **call: Any) -> Any:
-        """Send one ``MapStateCall`` and read the plain response (status, error, value)."""
-        self._send(**call)
-        return self._client._receive_proto_message()
-
-    def _send(self, *, flush: bool = True, **call: Any) -> None:
-        pb = self._pb
-        message = pb.StateRequest(stateVariableRequest=pb.StateVariableRequest(
-            mapStateCall=pb.MapStateCall(stateName=self._name, **call)))
-        data = message.SerializeToString()
-        out = self._client.sockfile
-        self._write_int(0, out)  # the message version
-        self._write_int(len(data), out)
-        out.write(data)
-        if flush:
-            out.flush()
-
-    def _row(self, field: bytes) -> bytes:
-        """A one-field row as pyspark sends it (``StructType.toInternal``, then pickled)."""
-        return pickle.dumps((field,), self._protocol)
-
-    # -- the map --------------------------------------------------------------------------
     def get(self, key: bytes) -> bytes | None:
         """The value stored under ``key``, or None."""
-        if not self._fast:
-            row = self._ms.getValue((key,))
-            return None if row is None else row[0]
-        status, error, value = self._call(getValue=self._pb.GetValue(userKey=self._row(key)))
-        if status != 0:
-            msg = f"TWS map state {self._name!r}: get failed: {error}"
-            raise StateServerError(msg)
-        return row_value(value) if value else None
+        if self._direct is not None:
+            return self._direct.get(key)
+        row = self._ms.getValue((key,))
+        return None if row is None else row[0]
 
     def update(self, key: bytes, value: bytes) -> None:
         """Store ``value`` under ``key``."""
         self.update_all([(key, value)])
 
     def update_all(self, entries: Iterable[tuple[bytes, bytes]]) -> None:
-        """:meth:`update` each ``(key, value)``, :data:`PIPELINE` requests per round trip.
-
-        The state server answers a connection's requests in order, one after the other: a
-        window of requests is sent, then its answers are read (small enough for the
-        socket buffers, so neither side waits on the other).
-        """
-        if not self._fast:
-            for key, value in entries:
-                self._ms.updateValue((key,), (value,))
+        """:meth:`update` each ``(key, value)`` (the private route: many per round trip)."""
+        if self._direct is not None:
+            self._direct.update_all(entries)
             return
-        window: list[bytes] = []
         for key, value in entries:
-            window.append(key)
-            self._send(updateValue=self._pb.UpdateValue(userKey=self._row(key),
-                                                        value=self._row(value)), flush=False)
-            if len(window) >= PIPELINE:
-                self._answers(window)
-        self._answers(window)
-
-    def _answers(self, window: list[bytes]) -> None:
-        """Read one answer per request of ``window`` (then empty it); raise on a refusal.
-
-        The window's requests are flushed first, in one write: the socket has no Nagle
-        delay (``TCP_NODELAY``), so a flush per request would be a TCP segment each.
-        """
-        self._client.sockfile.flush()
-        errors = [error for status, error, _ in
-                  (self._client._receive_proto_message() for _ in window) if status != 0]
-        window.clear()
-        if errors:
-            msg = f"TWS map state {self._name!r}: update failed: {errors[0]}"
-            raise StateServerError(msg)
+            self._ms.updateValue((key,), (value,))
 
     def remove(self, key: bytes) -> None:
-        """Remove ``key`` (nothing happens when it is absent)."""
+        """Remove ``key`` (nothing happens when it is absent); both routes: ``removeKey``."""
         self._ms.removeKey((key,))
 
     def items(self) -> Iterator[tuple[bytes, bytes]]:
-        """Every ``(key, value)`` of the map, fetched many per round trip (one pass)."""
-        if not self._fast:
-            for k, v in self._ms.iterator():
-                yield k[0], v[0]
+        """Every ``(key, value)`` of the map, in one pass."""
+        if self._direct is not None:
+            yield from self._direct.items()
             return
-        pb, client = self._pb, self._client
-        iterator_id = str(uuid.uuid4())
-        while True:
-            self._send(iterator=pb.Iterator(iteratorId=iterator_id))
-            status, _, pairs, more = client._receive_proto_message_with_map_pairs()
-            if status != 0:  # pyspark's client ends the iteration on any other status too
-                return
-            for pair in pairs:
-                yield row_value(pair.key), row_value(pair.value)
-            if not more:
-                return
+        for k, v in self._ms.iterator():
+            yield k[0], v[0]

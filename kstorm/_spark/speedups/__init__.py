@@ -17,7 +17,7 @@ batch-rows         a micro-batch's rows collected through ``_jdf.collectAsArrowT
                    and ``foreachBatch`` through ``PythonForeachBatchHelper``
                    (``arrow_collect.py``); public: ``DataFrame.toArrow``, ``foreachBatch``
 state-map          a stateful bolt's map state spoken to on the state server's socket
-                   (``tws_map.py``); public: ``MapState`` get/update/iterator
+                   (``state_map.py``); public: ``MapState`` get/update/iterator
 unix-sockets       JVM <-> Python over Unix domain sockets in a proven directory
                    (``jvm_tmp.socket_dir``); public: TCP on localhost (Spark's default)
 jvm-tmpdir         the driver JVM's own ``java.io.tmpdir``, swept once its driver is gone
@@ -39,9 +39,10 @@ with its fallback:
   ``SparkContext._gateway``, ``pyspark.util._load_from_socket``. Fallback: ``foreachBatch``
   and ``DataFrame.toArrow``; compared batch for batch in ``integration_tests/
   test_batch_rows.py``.
-* ``tws_map.py`` (state-map): ``MapState._mapStateClient``, its
+* ``state_map.py`` (state-map): ``MapState._mapStateClient``, its
   ``_stateful_processor_api_client`` and ``_receive_proto_message*``. Fallback: the
-  ``MapState`` methods; the stateful kill tests and ``tests/test_speedups.py`` run both.
+  ``MapState`` methods (``kstorm/_spark/tws_map.py`` chooses); the stateful kill tests and
+  ``tests/test_state_map.py`` run both.
 * ``session.py`` (planners, the session's life): ``SparkContext._jvm``, ``._jsc``,
   ``._gateway``; a Scala field read by reflection (``setAccessible``, ``_private_field``),
   ``SparkEnv``'s worker-factory methods (``_worker_calls``), the test hook
@@ -70,18 +71,16 @@ TESTED_PYSPARK = ("4.2", "4.3")
 PRIVATE_MEMBERS = {
     "kstorm/_spark/speedups/arrow_collect.py": ("._gateway", "._jdf", "._jwrite",
                                                 "_load_from_socket"),
-    "kstorm/_spark/tws_map.py": ("_mapStateClient", "_stateful_processor_api_client"),
+    "kstorm/_spark/speedups/state_map.py": ("_mapStateClient",
+                                            "_stateful_processor_api_client"),
     "kstorm/_spark/session.py": ("._gateway", "._jsc", "._jvm", "_private_field",
                                  "_worker_calls", "dataSourceBuilders_$eq", "setAccessible"),
     "kstorm/_spark/speedups/zygote.py": ("_run_exitfuncs", "_run_module_as_main"),
 }
 
 # Modules outside this package whose private members are still listed above, and why they
-# stay there: their private route interleaves with the public one line by line (tws_map),
-# or the members serve the session's own life as much as a speed-up (session).
+# stay there: the members serve the session's own life as much as a speed-up (session).
 OUTSIDE = {
-    "kstorm/_spark/tws_map.py": "each BinaryMap method holds both routes; StateServerError and "
-                                "row_value are shared with the public module",
     "kstorm/_spark/session.py": "the planners' release and the SparkContext's life "
                                 "(_jvm, _jsc, _gateway) are used together; not yet split",
 }
@@ -97,6 +96,7 @@ INTERFACE = {
     "daemon": ("DAEMON_MODULE",),
     "gc_control": ("freeze_imports", "paused"),
     "hadoop_fs": ("FS_CLASS", "JAR", "proof"),
+    "state_map": ("connect",),
     "jvm_tmp": ("java_option", "socket_dir"),
     "launch": ("cache_dir", "claim_recorded_archive", "class_archive_options",
                "class_archive_state", "class_cache_proof", "compiled_spark_home", "log_path",

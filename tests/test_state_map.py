@@ -1,4 +1,5 @@
-"""kstorm's own client of a stateful stage's TWS map state (kstorm/_spark/tws_map.py).
+"""kstorm's own client of a stateful stage's TWS map state (kstorm/_spark/speedups/state_map.py,
+chosen by kstorm/_spark/tws_map.py).
 
 The state server itself is exercised by the integration tests of stateful bolts on Spark
 (test_state_kill.py, test_state_providers.py, ...); here: the bytes it is sent, the rows
@@ -22,8 +23,10 @@ from pyspark.sql.types import (
     _parse_datatype_json_string,
 )
 
+from kstorm._spark.speedups.state_map import PIPELINE, row_value
 from kstorm._spark.stage import MapStateKeyValue
-from kstorm._spark.tws_map import PIPELINE, BinaryMap, StateServerError, row_value
+from kstorm._spark.tws_map import BinaryMap
+from kstorm.errors import StateServerError
 
 SCHEMA_JSON = StructType([StructField("v", BinaryType())]).json()
 
@@ -148,7 +151,7 @@ class FakeMapState:
 def binary_map(store: dict[bytes, bytes], **kw: Any) -> tuple[BinaryMap, FakeStateServer]:
     server = FakeStateServer(store, **kw)
     found = BinaryMap(FakeMapState(server))
-    assert found._fast
+    assert found.fast
     return found, server
 
 
@@ -193,3 +196,56 @@ def test_a_large_batch_reads_the_map_by_scanning_it() -> None:
     state.put("w0", -1)
     state.flush()
     assert pickle.loads(store[pickle.dumps("w0", protocol=5)]) == -1
+
+
+class PublicMapState:
+    """pyspark's public MapState methods over a dict (the route without the state server)."""
+
+    def __init__(self, store: dict[bytes, bytes]) -> None:
+        self.store = store
+
+    def getValue(self, key: tuple[bytes]) -> tuple[bytes] | None:  # noqa: N802 - pyspark's
+        return (self.store[key[0]],) if key[0] in self.store else None
+
+    def updateValue(self, key: tuple[bytes], value: tuple[bytes]) -> None:  # noqa: N802
+        self.store[key[0]] = value[0]
+
+    def removeKey(self, key: tuple[bytes]) -> None:  # noqa: N802
+        self.store.pop(key[0], None)
+
+    def iterator(self) -> Any:
+        return iter([((k,), (v,)) for k, v in sorted(self.store.items())])
+
+
+def test_the_private_and_public_routes_give_the_same_answers() -> None:
+    """One script of reads and writes on each route: the same answers, the same map."""
+    direct, server = binary_map({b"a": b"1"})
+    public = BinaryMap(PublicMapState({b"a": b"1"}), fast=False)
+    assert not public.fast
+    seen = []
+    for m in (direct, public):
+        m.update_all([(f"k{i}".encode(), f"v{i}".encode()) for i in range(PIPELINE + 3)])
+        m.update(b"a", b"\x00two")
+        seen.append((m.get(b"a"), m.get(b"k7"), m.get(b"nope"), sorted(m.items())))
+    assert seen[0] == seen[1]
+    assert server.store == public._ms.store
+
+
+def test_a_client_without_the_private_members_takes_the_public_route_and_says_so(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    from kstorm._spark import speedups
+
+    monkeypatch.delenv(speedups.ENV, raising=False)
+    monkeypatch.setattr(speedups, "_said", set())
+    class OlderServer(FakeStateServer):  # a pyspark whose client changed
+        _receive_proto_message_with_map_pairs = None
+
+    state = FakeMapState(OlderServer({b"a": b"1"}))
+    state.getValue = lambda key: (b"public",)  # type: ignore[attr-defined]
+    with caplog.at_level("INFO", logger="kstorm"):
+        m = BinaryMap(state)
+    assert not m.fast and m.get(b"a") == b"public"
+    assert "speed-up state-map off: pyspark's state server client has no " \
+           "_receive_proto_message_with_map_pairs" in caplog.text
+    monkeypatch.setenv(speedups.ENV, "state-map")
+    assert not BinaryMap(FakeMapState(FakeStateServer({}))).fast  # the switch
