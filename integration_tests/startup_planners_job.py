@@ -16,11 +16,12 @@ import time
 from typing import Any
 
 import kstorm._spark.session as session
+import kstorm._spark.speedups.planners as planners
 from kstorm import BaseBasicBolt, Fields, TopologyBuilder
 from kstorm.testing import CaptureSink, ListSpout, run_to_completion
 
 started: list[str] = []
-_worker_calls = session._worker_calls
+_worker_calls = planners._worker_calls
 
 
 def counting_worker_calls(spark: Any) -> tuple[Any, Any]:
@@ -56,7 +57,7 @@ def ml_functions_work(spark: Any) -> bool:
 
 
 def main() -> None:
-    session._worker_calls = counting_worker_calls
+    planners._worker_calls = counting_worker_calls
     conf = {"kstorm.spark.master": "local[2]"}
     spark = session.get_session(session.TopologyConfig.from_conf(conf))
     ml_before = ml_functions_work(spark)
@@ -68,12 +69,10 @@ def main() -> None:
     deadline = time.monotonic() + 60
     while not (ml_after := ml_functions_work(spark)) and time.monotonic() < deadline:
         time.sleep(0.5)
-    _, found = session._planner_factories(spark, (session.LOOKUP_PLANNER,
-                                                  *session.QUERY_PLANNERS))
-    workers = session._private_field(
-        spark.sparkContext._jvm, "org.apache.spark.api.python.PythonWorkerFactory",
-        "daemonWorkers")
-    read = [workers.get(f).size() for key, f in found if key.workerModule() == session.PLAN_READ]
+    _, found = planners._planner_factories(spark, (planners.LOOKUP_PLANNER,
+                                                   *planners.QUERY_PLANNERS))
+    workers = planners._daemon_workers(spark)
+    read = [workers.get(f).size() for key, f in found if key.workerModule() == planners.PLAN_READ]
     print(json.dumps({"rows": sorted(v[0] for v in result.sinks["out"].values),
                       "planners": sorted(key.workerModule() for key, _ in found),
                       "read_workers": read, "started": started,

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from kstorm import Fields, TopologyBuilder, submit_topology
-from kstorm._spark.session import LOOKUP_PLANNER, QUERY_PLANNERS
+from kstorm._spark.speedups.planners import LOOKUP_PLANNER, QUERY_PLANNERS
 from kstorm.testing import CaptureSink, ListSpout, run_to_completion
 
 pytestmark = pytest.mark.integration
@@ -79,18 +79,17 @@ def wait_for(check: Any, timeout: float = 20.0) -> bool:
 
 def planner_workers(spark: Any) -> dict[str, tuple[int, int]]:
     """(idle, all) workers of each planner: what decides whether kstorm may stop it."""
-    from kstorm._spark.session import _planner_factories, _private_field
+    from kstorm._spark.speedups.planners import _daemon_workers, _planner_factories
 
     _, found = _planner_factories(spark, (LOOKUP_PLANNER, *QUERY_PLANNERS))
-    workers = _private_field(spark.sparkContext._jvm,
-                             "org.apache.spark.api.python.PythonWorkerFactory", "daemonWorkers")
+    workers = _daemon_workers(spark)
     return {key.workerModule(): (factory.idleWorkers().size(), workers.get(factory).size())
             for key, factory in found}
 
 
 def fresh_planners(spark: Any) -> None:
     """Stop every planner earlier tests of the session left, busy or not (a clean slate)."""
-    from kstorm._spark.session import _planner_factories
+    from kstorm._spark.speedups.planners import _planner_factories
 
     factories, found = _planner_factories(spark, (LOOKUP_PLANNER, *QUERY_PLANNERS))
     for key, factory in found:

@@ -102,7 +102,7 @@ def test_stateful_and_stateless_stages_share_one_pool_of_python_workers(spark, t
     """One worker daemon for the Arrow stages, the spout's reads and the stateful bolt's
     transformWithState: the first stateful batch takes warm workers instead of starting a
     second daemon whose workers import pandas again (and stay, ~300 MiB on 2 cores)."""
-    from kstorm._spark.session import _python_workers
+    from kstorm._spark.speedups.planners import _python_workers
 
     run_to_completion(word_count(), {"kstorm.checkpoint.dir": str(tmp_path / "cp")})
     keys, entries = [], _python_workers(spark).iterator()

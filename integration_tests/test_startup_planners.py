@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from kstorm._spark.session import CREATE_SOURCE, LOOKUP_PLANNER, PLAN_READ
+from kstorm._spark.speedups.planners import CREATE_SOURCE, LOOKUP_PLANNER, PLAN_READ
 
 pytestmark = pytest.mark.integration
 

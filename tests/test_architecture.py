@@ -250,15 +250,14 @@ def test_the_speed_ups_are_used_only_through_their_interface():
     assert outside == {}
 
 
-def test_private_spark_members_live_in_the_speed_ups_package_or_are_named_outside_it():
+def test_private_spark_members_live_in_the_speed_ups_package():
     """Every module PRIVATE_MEMBERS lists (tests/test_speedups.py greps them all) is inside
-    the package, or one of the few OUTSIDE names with the reason it is still there."""
-    from kstorm._spark.speedups import OUTSIDE, PRIVATE_MEMBERS
+    the package: the rest of kstorm reaches Spark's, py4j's and CPython's private members
+    only through the INTERFACE of the module that holds them."""
+    from kstorm._spark.speedups import PRIVATE_MEMBERS
 
-    stray = [m for m in PRIVATE_MEMBERS
-             if not m.startswith("kstorm/_spark/speedups/") and m not in OUTSIDE]
+    stray = [m for m in PRIVATE_MEMBERS if not m.startswith("kstorm/_spark/speedups/")]
     assert stray == []
-    assert set(OUTSIDE) <= set(PRIVATE_MEMBERS)  # one moved in: drop it from OUTSIDE
 TOP_LEVEL_MODULES = 20
 _PRIVATE_IMPORT = re.compile(
     r"^\s*(from\s+kstorm(\.\w+)*\._\w*|import\s+kstorm(\.\w+)*\._\w*"

@@ -51,7 +51,7 @@ def test_no_planner_is_stopped_while_another_query_may_be_planning() -> None:
     """A query of the session before its first batch may be planning: nothing is touched."""
     from types import SimpleNamespace
 
-    from kstorm._spark.session import LOOKUP_PLANNER, QUERY_PLANNERS, release_planners
+    from kstorm._spark.speedups.planners import LOOKUP_PLANNER, QUERY_PLANNERS, release_planners
 
     ours = SimpleNamespace(id="ours", lastProgress=None)
     planning = SimpleNamespace(id="other", lastProgress=None)
@@ -92,8 +92,9 @@ def test_a_planner_not_yet_idle_when_the_query_ends_is_tried_again(monkeypatch) 
     import threading
     from types import SimpleNamespace
 
-    from kstorm._spark import runner, session
-    from kstorm._spark.session import LOOKUP_PLANNER, QUERY_PLANNERS
+    from kstorm._spark import runner
+    from kstorm._spark.speedups import planners
+    from kstorm._spark.speedups.planners import LOOKUP_PLANNER, QUERY_PLANNERS
 
     calls: list[tuple[str, ...]] = []
     finished = threading.Event()
@@ -107,8 +108,8 @@ def test_a_planner_not_yet_idle_when_the_query_ends_is_tried_again(monkeypatch) 
         finished.set()
         return list(modules)
 
-    monkeypatch.setattr(session, "release_planners", release)
-    monkeypatch.setattr(session, "planner_activity", lambda spark: {})
+    monkeypatch.setattr(planners, "release_planners", release)
+    monkeypatch.setattr(planners, "planner_activity", lambda spark: {})
     query = SimpleNamespace(isActive=False, lastProgress=None)
     runner._release_planners_when_planned("t", object(), query, True, poll_s=0.01,
                                           settle_s=2.0)
@@ -147,7 +148,7 @@ def test_the_read_planner_is_started_once_the_first_planner_appears_unless_cance
     import threading
     import time
 
-    from kstorm._spark import session
+    from kstorm._spark.speedups import planners
 
     factories: list[str] = []
     created: list[list] = []
@@ -166,30 +167,46 @@ def test_the_read_planner_is_started_once_the_first_planner_appears_unless_cance
         walks.append(len(factories))
         return None, [(_Key(m), None) for m in factories if m in modules]
 
-    monkeypatch.setattr(session, "_python_workers", lambda spark: Map())
-    monkeypatch.setattr(session, "_planner_factories", found)
-    monkeypatch.setattr(session, "_worker_calls", lambda spark: (
+    monkeypatch.setattr(planners, "_python_workers", lambda spark: Map())
+    monkeypatch.setattr(planners, "_planner_factories", found)
+    monkeypatch.setattr(planners, "_worker_calls", lambda spark: (
         lambda *args: created.append(["create", *args]) or Worker(),
         lambda *args: created.append(["release", *args])))
 
     cancel = threading.Event()
-    thread = session.start_read_planner(object(), poll_s=0.005, cancel=cancel)
+    thread = planners.start_read_planner(object(), poll_s=0.005, cancel=cancel)
     assert thread is not None
     cancel.set()  # the query did not start: nothing is started, the thread ends
     thread.join(2)
     assert not thread.is_alive() and created == []
 
-    thread = session.start_read_planner(object(), poll_s=0.005)
+    thread = planners.start_read_planner(object(), poll_s=0.005)
     time.sleep(0.1)  # ~20 polls of the empty map
-    factories.append(session.CREATE_SOURCE)  # Spark created the query's data source
+    factories.append(planners.CREATE_SOURCE)  # Spark created the query's data source
     thread.join(2)
-    args = ["python3", session.PLAN_READ, "pyspark.daemon", {"SPARK_REUSE_WORKER": "1"}]
+    args = ["python3", planners.PLAN_READ, "pyspark.daemon", {"SPARK_REUSE_WORKER": "1"}]
     assert created == [["create", *args, True], ["release", *args, "worker"]]
     assert walks.count(0) <= 4  # the empty map: walked at each start and once per thread,
     #                             not at every poll
 
-    factories.append(session.PLAN_READ)  # a later query of the session: nothing to do
-    assert session.start_read_planner(object()) is None
+    factories.append(planners.PLAN_READ)  # a later query of the session: nothing to do
+    assert planners.start_read_planner(object()) is None
+
+
+def test_a_read_planner_not_started_ahead_is_an_info_line_not_a_failed_start(
+        monkeypatch, caplog) -> None:
+    """Spark's map of planners cannot be read (a Spark that renamed a field): the query
+    starts as it would, and Spark starts its read planner itself."""
+    from kstorm._spark.speedups import planners
+
+    def unreadable(spark, modules, workers=None):
+        raise RuntimeError("NoSuchFieldException: pythonWorkers")
+
+    monkeypatch.setattr(planners, "_planner_factories", unreadable)
+    with caplog.at_level("INFO", logger="kstorm"):
+        assert planners.start_read_planner(object()) is None
+    assert "read planner was not started ahead (RuntimeError: NoSuchFieldException" in \
+        caplog.text
 
 
 def _pyspark_like(signum, frame):  # what SparkContext installs: cancel jobs, raise

@@ -44,13 +44,8 @@ from kstorm._spark.offset_log import (
     next_batch_id,
     replay_last_batch,
 )
-from kstorm._spark.session import (
-    lost_jvm,
-    session_for,
-    spark_stopped,
-    start_read_planner,
-    start_zygote,
-)
+from kstorm._spark.session import lost_jvm, session_for, spark_stopped, start_zygote
+from kstorm._spark.speedups import planners
 from kstorm._spark.stage import release_instances
 from kstorm._spark.windowed import WindowCommit
 from kstorm.config import Guarantee, TopologyConfig, TriggerMode
@@ -198,7 +193,7 @@ def _start_locked(name: str, conf: dict[str, Any], topology: StormTopology,
         log.info("starting topology %r (%d stages) checkpoint=%s", name, len(plan.stages),
                  checkpoint)
         query_failed = threading.Event()
-        read_planner = start_read_planner(spark, cancel=query_failed)
+        read_planner = planners.start_read_planner(spark, cancel=query_failed)
         try:
             query = writer.start()
         except BaseException:
@@ -367,31 +362,23 @@ def _release_planners_when_planned(name: str, spark: Any, query: Any, all_planne
     """Stop Spark's Python planner processes as soon as the query is done with each.
 
     The lookup planner always, where it ran (once per JVM; a session kstorm started skips
-    it: :func:`kstorm._spark.session.lookup_skipped`); with
+    it: :func:`kstorm._spark.speedups.planners.lookup_skipped`); with
     ``kstorm.spark.release.planners`` (``all_planners``) also the query's own planners,
     which Spark uses until its first batch is planned
-    (:func:`kstorm._spark.session.release_planners`). Once the query has planned, a planner
-    whose worker is not back in Spark's idle pool yet is tried again for ``settle_s``. The
-    planners belong to the session, not to one query: within those seconds this thread may
-    also stop planners another topology of the process planned with and kept
+    (:func:`kstorm._spark.speedups.planners.release_planners`). Once the query has planned,
+    a planner whose worker is not back in Spark's idle pool yet is tried again for
+    ``settle_s``. The planners belong to the session, not to one query: within those seconds
+    this thread may also stop planners another topology of the process planned with and kept
     (``kstorm.spark.release.planners: false``); that topology's next start then pays ~1 s
     to start them again, and nothing else changes. ``after``: the thread starting the read
-    planner ahead (:func:`kstorm._spark.session.start_read_planner`), waited for first (its
-    worker is idle before the query used it).
+    planner ahead (:func:`kstorm._spark.speedups.planners.start_read_planner`), waited for
+    first (its worker is idle before the query used it).
     """
-    from kstorm._spark.session import (
-        LOOKUP_PLANNER,
-        PLAN_READ,
-        QUERY_PLANNERS,
-        lookup_skipped,
-        planner_activity,
-        release_planners,
-    )
 
     def release() -> None:
-        left = QUERY_PLANNERS if all_planners else ()
-        if not lookup_skipped():  # it runs in a session the user started
-            left = (LOOKUP_PLANNER, *left)
+        left = planners.QUERY_PLANNERS if all_planners else ()
+        if not planners.lookup_skipped():  # it runs in a session the user started
+            left = (planners.LOOKUP_PLANNER, *left)
         stopped: list[str] = []
         deadline = time.monotonic() + give_up_s
         settled: float | None = None  # when to stop trying once the query has planned
@@ -399,18 +386,20 @@ def _release_planners_when_planned(name: str, spark: Any, query: Any, all_planne
         if after is not None:
             after.join()
         try:
-            before = planner_activity(spark)  # an idle read planner may be the last query's
+            # (an idle read planner may be the last query's)
+            before = planners.planner_activity(spark)
         except Exception as exc:  # noqa: BLE001 - memory only: the topology runs either way
             before, failure = {}, exc
         while left and time.monotonic() < deadline:
             try:
                 planned = not query.isActive or query.lastProgress is not None  # or ended
-                if not planned and PLAN_READ in left and \
-                        planner_activity(spark).get(PLAN_READ) == before.get(PLAN_READ):
-                    ready = tuple(m for m in left if m != PLAN_READ)  # this query's to come
+                read = planners.PLAN_READ
+                if not planned and read in left and \
+                        planners.planner_activity(spark).get(read) == before.get(read):
+                    ready = tuple(m for m in left if m != read)  # this query's to come
                 else:
                     ready = left
-                done = release_planners(spark, ready, query)
+                done = planners.release_planners(spark, ready, query)
             except Exception as exc:  # noqa: BLE001 - e.g. the JVM's map changed meanwhile
                 planned, done, failure = True, [], exc
             stopped += done

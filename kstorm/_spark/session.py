@@ -19,7 +19,7 @@ from pyspark.sql import SparkSession
 from kstorm._spark import speedups
 from kstorm._spark.java import check_java
 from kstorm._spark.spark_options import spark_options, unix_socket_options, with_kstorm_jar
-from kstorm._spark.speedups import jvm_tmp, launch, zygote
+from kstorm._spark.speedups import jvm_tmp, launch, planners, spark_context, zygote
 from kstorm._spark.speedups.launch import log_path
 from kstorm.config import TopologyConfig
 from kstorm.errors import ConfigError
@@ -97,7 +97,7 @@ def get_session(settings: TopologyConfig, *, record_class_cache: bool = False,
         with _own_sigint_handler_kept() as keep_sigint:
             spark = _build_session(builder, options, keep_sigint)
         spark.sparkContext.setLogLevel("ERROR")
-        _quiet_accumulator_server(spark)
+        spark_context.quiet_accumulator_server(spark)
         zygote_after_launch(spark, forked)
         log.info("Spark %s started (%s); JVM and Python worker output in %s", spark.version,
                  spark.sparkContext.master, log_path())
@@ -107,7 +107,7 @@ def get_session(settings: TopologyConfig, *, record_class_cache: bool = False,
                  "private" if report["batch-rows"].startswith("on") else "public",
                  ", ".join(n for n, v in report.items() if v.startswith("off")) or "none",
                  speedups.ENV)
-        _skip_installed_data_source_lookup(spark)
+        planners.skip_installed_data_source_lookup(spark)
         _warm_workers(spark)
         return spark
 
@@ -205,27 +205,9 @@ def spark_stopped(spark: SparkSession) -> bool:
     fails inside Spark (a ``NullPointerException`` from a stopped ``DAGScheduler``).
     """
     try:
-        return bool(spark.sparkContext._jsc.sc().isStopped())
+        return spark_context.context_stopped(spark)
     except Exception as exc:  # noqa: BLE001 - a JVM that cannot answer has stopped too
         return lost_jvm(exc)
-
-
-def _quiet_accumulator_server(spark: SparkSession) -> None:
-    """The accumulator server of pyspark logs a lost JVM connection at debug, not as a traceback.
-
-    When a signal sent to the whole process group (systemd's default ``KillMode``, ``kill --
-    -PGID``) stops the JVM beside the driver, the server's connection ends mid-read and
-    ``socketserver`` printed an ``EOFError`` traceback on stderr. kstorm uses no
-    accumulators; the JVM's end is reported where it matters (the query, ``kstorm run``).
-    """
-    server = getattr(spark.sparkContext, "_accumulatorServer", None)
-    if server is None:
-        return
-
-    def handle_error(request: Any, client_address: Any) -> None:
-        log.debug("pyspark's accumulator server: a connection ended: %r", sys.exc_info()[1])
-
-    server.handle_error = handle_error
 
 
 def _spark_context(conf: Any) -> Any:
@@ -238,7 +220,7 @@ def _spark_context(conf: Any) -> Any:
     from pyspark import SparkContext
     from pyspark.java_gateway import launch_gateway
 
-    if (SparkContext._active_spark_context is not None or SparkContext._gateway is not None
+    if (spark_context.active_context() is not None or spark_context.gateway_started()
             or os.environ.get("KSTORM_SPARK_LOG") == "-"):
         return SparkContext.getOrCreate(conf)
     with open(log_path(), "ab") as out:
@@ -297,21 +279,10 @@ def _build_session(builder: SparkSession.Builder, options: dict[str, str],
             return builder.getOrCreate()
     sc = _spark_context(SparkConf().setAll(list(options.items())))
     context_made()
-    jvm = sc._jvm
-    thread = jvm.java.lang.Thread.currentThread()
-    previous = thread.getContextClassLoader()
-    try:
-        loader = jvm.kstorm.spark.DeferredSessionExtensions(
-            previous if previous is not None else jvm.java.lang.ClassLoader.getSystemClassLoader())
-    except Exception as exc:  # noqa: BLE001 - not kstorm's jar on the class path: as Spark does
-        log.debug("session extensions not deferred: %s", exc)
-        return builder.getOrCreate()
-    thread.setContextClassLoader(loader)
-    try:
+    with spark_context.extensions_deferred(sc) as deferred:
         spark = builder.getOrCreate()
-    finally:
-        thread.setContextClassLoader(previous)
-    _in_background(apply_deferred_extensions, spark)
+    if deferred:
+        _in_background(apply_deferred_extensions, spark)
     return spark
 
 
@@ -326,20 +297,19 @@ def apply_deferred_extensions(spark: SparkSession, wait_s: float = DEFERRED_WAIT
     deadline = time.monotonic() + wait_s
     seen = False  # a query was active: its end (run to completion) ends the wait too
     while time.monotonic() < deadline:
-        if spark.sparkContext._jsc is None:
+        if spark_context.context_gone(spark):
             return []  # stopped
         active = spark.streams.active
         if any(q.lastProgress is not None for q in active) or (seen and not active):
             break
         seen = seen or bool(active)
         time.sleep(poll_s)
-    jvm = spark.sparkContext._jvm
     applied = []
     for name in DEFERRED_EXTENSIONS:
-        if not jvm.org.apache.spark.util.Utils.classIsLoadable(name):
+        if not spark_context.class_loadable(spark, name):
             continue  # e.g. a Spark without MLlib
         try:
-            getattr(getattr(jvm, name + "$"), "MODULE$").apply()
+            spark_context.apply_scala_object(spark, name)
             applied.append(name)
         except Exception as exc:  # noqa: BLE001 - named, so the missing functions are explained
             if lost_jvm(exc):
@@ -416,9 +386,7 @@ def _forks_without_session(settings: TopologyConfig) -> bool:
 
 def _jvm_running() -> bool:
     """Whether this process's JVM runs already (its environment is fixed)."""
-    from pyspark import SparkContext
-
-    return SparkContext._gateway is not None or "PYSPARK_GATEWAY_PORT" in os.environ
+    return spark_context.gateway_started() or "PYSPARK_GATEWAY_PORT" in os.environ
 
 
 def zygote_after_launch(spark: SparkSession, forked: bool) -> None:
@@ -431,9 +399,7 @@ def zygote_after_launch(spark: SparkSession, forked: bool) -> None:
 
 def start_zygote(settings: TopologyConfig) -> None:
     """Start the zygote as a query starts, if its session forks from it (or will)."""
-    from pyspark import SparkContext
-
-    sc = SparkContext._active_spark_context
+    sc = spark_context.active_context()
     if sc is None:
         wanted = _forks_without_session(settings)
     else:
@@ -447,189 +413,12 @@ def start_zygote(settings: TopologyConfig) -> None:
                         "processes start as usual", exc)
 
 
-# Spark's Python data-source planners: each a daemon and a forked worker, used while a query
-# is planned and then kept idle for the life of the JVM. The lookup runs once per JVM.
-LOOKUP_PLANNER = "pyspark.sql.worker.lookup_data_sources"
-CREATE_SOURCE = "pyspark.sql.worker.create_data_source"  # when the query is compiled
-PLAN_READ = "pyspark.sql.worker.plan_data_source_read"  # at the query's first batch
-QUERY_PLANNERS = (CREATE_SOURCE, PLAN_READ)
-
-
-_LAST_ACTIVITY = "org$apache$spark$api$python$PythonWorkerFactory$$lastActivityNs"
-
-
-def release_planners(spark: SparkSession, modules: tuple[str, ...], query: Any = None
-                     ) -> list[str]:
-    """Stop Spark's idle Python data-source planner processes of ``modules``; returns those.
-
-    Spark plans a query's Python data sources (kstorm's spouts) in helper processes, one
-    daemon and one worker per planner module, and keeps them for the life of the JVM
-    (~200-350 MiB of resident memory together). The lookup planner runs once per JVM; the
-    others again when a query starts, and Spark starts them anew if they are gone (~1 s).
-    Only a planner that exists with all its workers idle is stopped, and none while another
-    query of this session than ``query`` has not finished its first batch (it may be
-    planning).
-    """
-    own = None if query is None else query.id
-    if any(q.id != own and q.lastProgress is None for q in spark.streams.active):
-        return []
-    factories, found = _planner_factories(spark, modules)
-    workers = _private_field(spark.sparkContext._jvm,
-                             "org.apache.spark.api.python.PythonWorkerFactory", "daemonWorkers")
-    stopped = []
-    for key, factory in found:
-        idle = factory.idleWorkers().size()
-        if idle == 0 or workers.get(factory).size() > idle:
-            continue  # planning now, or not yet
-        factories.remove(key)  # a planner started from now on gets a new factory
-        factory.stop()
-        stopped.append(key.workerModule())
-    return stopped
-
-
-def start_read_planner(spark: SparkSession, wait_s: float = 60.0, poll_s: float = 0.02,
-                       cancel: threading.Event | None = None) -> threading.Thread | None:
-    """Start Spark's read planner in the background while the query starts; None: not needed.
-
-    A new query's Python data sources go through Spark's planner processes one after the
-    other: ``create_data_source`` when the query analyses its plan, the streaming source
-    runner, then ``plan_data_source_read`` when its first batch is planned, each a new
-    Python process (~0.5 s on 2 cores, on the path to the first result). The read planner's
-    worker is keyed by the same interpreter and environment as the first: as soon as that
-    one appears (within ``wait_s``), the read planner's is started alongside and handed to
-    Spark's idle pool, where Spark takes it for the first batch. Nothing is started when
-    the session already has a read planner (a later query of the process), nor once
-    ``cancel`` is set (the query did not start).
-    """
-    cancel = cancel or threading.Event()
-    if not speedups.enabled("planners") or _planner_factories(spark, (PLAN_READ,))[1]:
-        return None
-
-    def start() -> None:
-        deadline = time.monotonic() + wait_s
-        try:
-            create, release = _worker_calls(spark)
-            factories, seen = _python_workers(spark), -1
-            while time.monotonic() < deadline and not cancel.is_set():
-                size = factories.size()  # (one round trip; the entries only when it changed)
-                if size != seen:
-                    seen = size
-                    found = {key.workerModule(): key for key, _ in _planner_factories(
-                        spark, (CREATE_SOURCE, PLAN_READ), factories)[1]}
-                    if PLAN_READ in found:
-                        return  # Spark got there first
-                    if CREATE_SOURCE in found:
-                        key = found[CREATE_SOURCE]
-                        args = [key.pythonExec(), PLAN_READ, key.daemonModule(),
-                                key.envVars()]
-                        worker = create(*args, True)._1()
-                        release(*args, worker)
-                        return
-                cancel.wait(poll_s)
-        except Exception as exc:  # noqa: BLE001 - start-up time only: Spark starts it later
-            log.info("Spark's read planner was not started ahead (%s: %s)",
-                     type(exc).__name__, exc)
-
-    thread = threading.Thread(target=start, name="kstorm-read-planner", daemon=True)
-    thread.start()
-    return thread
-
-
-def _worker_calls(spark: SparkSession) -> tuple[Any, Any]:
-    """``SparkEnv.createPythonWorker`` and ``releasePythonWorker``, callable from Python.
-
-    Through method handles: py4j finds a method by listing all of its class's methods, and
-    listing SparkEnv's fails in a pip-installed pyspark (a signature names a protobuf class
-    the driver's class path does not have).
-    """
-    sc = spark.sparkContext
-    jvm, gateway = sc._jvm, sc._gateway
-    env = sc._jsc.sc().env()
-    lookup = jvm.java.lang.invoke.MethodHandles.publicLookup()
-    spark_env = jvm.java.lang.Class.forName("org.apache.spark.SparkEnv")
-
-    def handle(name: str, returns: Any, *params: str) -> Any:
-        types = gateway.new_array(jvm.java.lang.Class, len(params))
-        for i, param in enumerate(params):
-            types[i] = (jvm.java.lang.Boolean.TYPE if param == "boolean"
-                        else jvm.java.lang.Class.forName(param))
-        method_type = jvm.java.lang.invoke.MethodType.methodType(returns, types)
-        found = lookup.findVirtual(spark_env, name, method_type)
-
-        def call(*args: Any) -> Any:
-            values = gateway.new_array(jvm.java.lang.Object, len(args) + 1)
-            for i, value in enumerate((env, *args)):
-                values[i] = value
-            return found.invokeWithArguments(values)
-        return call
-
-    key = ("java.lang.String", "java.lang.String", "java.lang.String",
-           "scala.collection.immutable.Map")
-    create = handle("createPythonWorker", jvm.java.lang.Class.forName("scala.Tuple2"),
-                    *key, "boolean")
-    release = handle("releasePythonWorker", jvm.java.lang.Void.TYPE, *key,
-                     "org.apache.spark.api.python.PythonWorker")
-    return create, release
-
-
-def planner_activity(spark: SparkSession) -> dict[str, int]:
-    """When each of Spark's planners last took or gave back a worker (JVM nanoseconds)."""
-    _, found = _planner_factories(spark, (LOOKUP_PLANNER, *QUERY_PLANNERS))
-    return {key.workerModule(): getattr(factory, _LAST_ACTIVITY)() for key, factory in found}
-
-
-def _python_workers(spark: SparkSession) -> Any:
-    """Spark's map of Python worker factories (``SparkEnv.pythonWorkers``, one map per JVM)."""
-    env = spark.sparkContext._jsc.sc().env()
-    return _private_field(spark.sparkContext._jvm, "org.apache.spark.SparkEnv",
-                          "pythonWorkers").get(env)
-
-
-def _planner_factories(spark: SparkSession, modules: tuple[str, ...],
-                       factories: Any = None) -> tuple[Any, list[Any]]:
-    """Spark's map of Python worker factories, and its (key, factory) pairs of ``modules``.
-
-    ``factories``: the map (:func:`_python_workers`) when the caller has it.
-    """
-    if factories is None:
-        factories = _python_workers(spark)
-    found = []
-    entries = factories.iterator()
-    while entries.hasNext():
-        entry = entries.next()
-        if entry._1().workerModule() in modules:
-            found.append((entry._1(), entry._2()))
-    return factories, found
-
-
-_FIELDS: dict[tuple[str, str], tuple[Any, Any]] = {}  # (class, field) -> (jvm, its handle)
-
-
-def _private_field(jvm: Any, class_name: str, field: str) -> Any:
-    """A private JVM field made readable (py4j itself refuses ``getClass``).
-
-    Made once per JVM view and kept: the planners' threads read these fields every 0.1 s
-    while a query starts, and making one takes six round trips to the JVM (py4j resolves
-    ``java``, ``java.lang`` and ``java.lang.Class`` one by one), 5-10 ms on 2 busy cores.
-    """
-    kept = _FIELDS.get((class_name, field))
-    if kept is not None and kept[0] is jvm:
-        return kept[1]
-    handle = jvm.java.lang.Class.forName(class_name).getDeclaredField(field)
-    handle.setAccessible(True)
-    _FIELDS[(class_name, field)] = (jvm, handle)
-    return handle
-
-
 def stop_jvm(timeout: float = 180.0) -> None:
     """Stop Spark and wait for its JVM process to exit (it writes the class cache then)."""
-    from pyspark import SparkContext
-
     session = SparkSession.getActiveSession()
-    gateway = SparkContext._gateway
+    proc = spark_context.jvm_process()
     if session is not None:
         session.stop()
-    proc = getattr(gateway, "proc", None)
     if proc is not None:
         proc.stdin.close()  # the JVM exits when its stdin closes
         proc.wait(timeout)
@@ -645,45 +434,6 @@ def _in_background(step: Any, *args: Any) -> None:
             log.debug("start-up step %s failed: %s", step.__name__, exc)
 
     threading.Thread(target=run, name=f"kstorm-{step.__name__}", daemon=True).start()
-
-
-_lookup_skipped = False  # this process's JVM will not run Spark's lookup planner
-
-
-def lookup_skipped() -> bool:
-    """Whether a session kstorm started skipped Spark's lookup of installed data sources."""
-    return _lookup_skipped
-
-
-def _skip_installed_data_source_lookup(spark: SparkSession) -> None:
-    """Spare a session kstorm starts Spark's lookup of pip-installed Python data sources.
-
-    On the first data source it resolves, Spark looks for installed packages named
-    ``pyspark_*`` that hold Python data sources, in a planner process of its own (~0.5 s
-    on 2 cores, on the path to the first result). kstorm reads only through its own data
-    sources, registered at run time, so its sessions record that lookup as done with nothing
-    found (``DataSourceManager.dataSourceBuilders``, the hook Spark keeps for its tests). A
-    session the user started is never touched (:func:`get_session` returns it as it is).
-    Such a session does not find installed ``pyspark_*`` data sources by name;
-    ``spark.dataSource.register`` still adds any.
-    """
-    try:
-        jvm = spark.sparkContext._jvm
-        manager = _scala_object(jvm, "org.apache.spark.sql.execution.datasources."
-                                     "DataSourceManager$")
-        if manager.dataSourceBuilders().isEmpty():
-            empty = _scala_object(jvm, "scala.collection.immutable.Map$").empty()
-            getattr(manager, "dataSourceBuilders_$eq")(jvm.scala.Some(empty))
-            global _lookup_skipped  # noqa: PLW0603 - one JVM per process
-            _lookup_skipped = True
-    except Exception as exc:  # noqa: BLE001 - start-up time only: Spark then looks them up
-        log.info("Spark's lookup of installed Python data sources stays on (%s: %s)",
-                 type(exc).__name__, exc)
-
-
-def _scala_object(jvm: Any, class_name: str) -> Any:
-    """A Scala ``object`` (its ``MODULE$``)."""
-    return jvm.java.lang.Class.forName(class_name).getField("MODULE$").get(None)
 
 
 def _import_numpy_check() -> None:

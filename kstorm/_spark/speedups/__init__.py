@@ -27,7 +27,7 @@ hadoop-fs          local checkpoint files through kstorm's jar (``hadoop_fs.py``
 zygote             Python workers forked from a warm process (``zygote.py``);
                    public: Spark starts each worker
 class-cache        the JVM's class-data archive (``launch.py``); public: a plain start
-planners           data-source planners released, and pre-started (``session.py``);
+planners           data-source planners released, and pre-started (``planners.py``);
                    public: Spark's own planning
 =================  ==========================================================================
 
@@ -43,11 +43,16 @@ with its fallback:
   ``_stateful_processor_api_client`` and ``_receive_proto_message*``. Fallback: the
   ``MapState`` methods (``kstorm/_spark/tws_map.py`` chooses); the stateful kill tests and
   ``tests/test_state_map.py`` run both.
-* ``session.py`` (planners, the session's life): ``SparkContext._jvm``, ``._jsc``,
-  ``._gateway``; a Scala field read by reflection (``setAccessible``, ``_private_field``),
-  ``SparkEnv``'s worker-factory methods (``_worker_calls``), the test hook
-  ``dataSourceBuilders_$eq``. Fallback: Spark plans as it would (each guarded: an error
-  there is a DEBUG or INFO line, never a failed batch); ``KSTORM_SPEEDUPS_OFF=planners``.
+* ``planners.py`` (planners): ``SparkContext._jvm``, ``._jsc``, ``._gateway``; Scala fields
+  read by reflection (``setAccessible``, ``_private_field``), ``SparkEnv``'s worker-factory
+  methods (``_worker_calls``), the test hook ``dataSourceBuilders_$eq``. Fallback: Spark
+  plans as it would (each guarded: an error there is a DEBUG or INFO line, never a failed
+  batch); ``KSTORM_SPEEDUPS_OFF=planners``.
+* ``spark_context.py`` (the session's life, ``session.py`` calls it):
+  ``SparkContext._active_spark_context``, ``._gateway`` (its ``proc``), ``._jvm``,
+  ``._jsc``, ``._accumulatorServer``. Fallback: a call the JVM cannot answer is guarded
+  by ``session.py`` (a DEBUG line, or "stopped"); without kstorm's jar the session is built
+  as Spark builds it.
 * ``zygote.py`` (zygote): ``runpy._run_module_as_main``, ``atexit._run_exitfuncs``.
   Fallback: Spark starts its Python processes itself (``KSTORM_SPEEDUPS_OFF=zygote``).
 """
@@ -73,16 +78,11 @@ PRIVATE_MEMBERS = {
                                                 "_load_from_socket"),
     "kstorm/_spark/speedups/state_map.py": ("_mapStateClient",
                                             "_stateful_processor_api_client"),
-    "kstorm/_spark/session.py": ("._gateway", "._jsc", "._jvm", "_private_field",
-                                 "_worker_calls", "dataSourceBuilders_$eq", "setAccessible"),
+    "kstorm/_spark/speedups/planners.py": ("._gateway", "._jsc", "._jvm", "_private_field",
+                                           "_worker_calls", "dataSourceBuilders_$eq",
+                                           "setAccessible"),
+    "kstorm/_spark/speedups/spark_context.py": ("._gateway", "._jsc", "._jvm"),
     "kstorm/_spark/speedups/zygote.py": ("_run_exitfuncs", "_run_module_as_main"),
-}
-
-# Modules outside this package whose private members are still listed above, and why they
-# stay there: the members serve the session's own life as much as a speed-up (session).
-OUTSIDE = {
-    "kstorm/_spark/session.py": "the planners' release and the SparkContext's life "
-                                "(_jvm, _jsc, _gateway) are used together; not yet split",
 }
 
 # The narrow interface: what modules outside this package may use of each of its modules
@@ -96,11 +96,17 @@ INTERFACE = {
     "daemon": ("DAEMON_MODULE",),
     "gc_control": ("freeze_imports", "paused"),
     "hadoop_fs": ("FS_CLASS", "JAR", "proof"),
-    "state_map": ("connect",),
     "jvm_tmp": ("java_option", "socket_dir"),
     "launch": ("cache_dir", "claim_recorded_archive", "class_archive_options",
                "class_archive_state", "class_cache_proof", "compiled_spark_home", "log_path",
                "spark_submit_command"),
+    "planners": ("LOOKUP_PLANNER", "PLAN_READ", "QUERY_PLANNERS", "lookup_skipped",
+                 "planner_activity", "release_planners", "skip_installed_data_source_lookup",
+                 "start_read_planner"),
+    "spark_context": ("active_context", "apply_scala_object", "class_loadable",
+                      "context_gone", "context_stopped", "extensions_deferred",
+                      "gateway_started", "jvm_process", "quiet_accumulator_server"),
+    "state_map": ("connect",),
     "warmup": ("warm_up",),
     "zygote": ("ENV", "address", "ensure_running", "launcher", "proof", "stop"),
 }
