@@ -18,7 +18,16 @@ REPO = Path(__file__).resolve().parent.parent
 PRIVATE = re.compile(r"\._jdf|\._jvm|\._gateway|\._jsc|_load_from_socket|[A-Za-z_]+_\$eq|"
                      r"_run_module_as_main|_run_exitfuncs|setAccessible|\._jwrite|"
                      r"_mapStateClient|_stateful_processor_api_client|\._jconf|\._jsq|"
-                     r"_private_field|_worker_calls")
+                     r"_private_field|_worker_calls|_active_spark_context|_accumulatorServer|"
+                     r"\._stateName|_receive_proto_message\w*|_parse_datatype_json_string|"
+                     r"_create_row_inbound_converter|\$\$\w+")
+# The members that never leave the package, in any spelling: an attribute, or a name given
+# to getattr (``getattr(sc, "_jvm")`` must not slip past the fence).
+FENCED = re.compile(r"""(\.|["'])(_jvm|_jsc|_gateway|_jdf|_jwrite|_jsq|_jconf)\b|"""
+                    r"_mapStateClient|_stateful_processor_api_client|setAccessible|"
+                    r"_run_module_as_main|_run_exitfuncs|_active_spark_context|"
+                    r"_accumulatorServer|_load_from_socket")
+FENCE = "kstorm/_spark/speedups/"
 
 
 @pytest.fixture(autouse=True)
@@ -34,6 +43,33 @@ def test_every_private_member_in_use_is_listed_with_its_module() -> None:
             found.setdefault(str(path.relative_to(REPO)), set()).add(match.group(0))
     found.pop("kstorm/_spark/speedups/__init__.py", None)  # the list itself
     assert found == {k: set(v) for k, v in speedups.PRIVATE_MEMBERS.items()}
+
+
+def test_no_module_outside_the_speed_ups_package_touches_a_fenced_member() -> None:
+    """Spark's JVM handles (``._jvm``, ``._jsc``, ``._gateway``, ``._jdf``...), pyspark's
+    state-server client, Java reflection and CPython's private runners are used only inside
+    kstorm/_spark/speedups/: anywhere else in kstorm (or its sinks and serdes) is a failure."""
+    outside: dict[str, list[str]] = {}
+    for package in ("kstorm", "sinks", "serdes"):
+        for path in sorted((REPO / package).rglob("*.py")):
+            where = str(path.relative_to(REPO))
+            if where.startswith(FENCE):
+                continue
+            found = [m.group(0).lstrip(".\"'") for m in FENCED.finditer(path.read_text())]
+            if found:
+                outside[where] = sorted(set(found))
+    assert outside == {}
+
+
+def test_the_fence_sees_each_spelling() -> None:
+    for line in ("sc._jvm.java", "spark.sparkContext._jsc.sc()", "SparkContext._gateway",
+                 'getattr(sc, "_jvm")', "frame._jdf.collect()", "handle.setAccessible(True)",
+                 "ms._mapStateClient", "runpy._run_module_as_main", "SparkContext."
+                 "_active_spark_context", 'getattr(sc, "_accumulatorServer", None)'):
+        assert FENCED.search(line), line
+    for line in ("self._jvm_tmp", "lost_jvm(exc)", "_jvm_running()", "stop_jvm()",
+                 "gateway_started()", "_jvm_output_to(path)"):
+        assert not FENCED.search(line), line
 
 
 def test_the_switch_turns_off_named_speed_ups_or_all(monkeypatch: pytest.MonkeyPatch,

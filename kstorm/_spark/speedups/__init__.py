@@ -32,22 +32,26 @@ planners           data-source planners released, and pre-started (``planners.py
 =================  ==========================================================================
 
 Every private Spark, py4j or CPython member kstorm uses is in :data:`PRIVATE_MEMBERS`, by
-module (``tests/test_speedups.py`` greps the package and fails on one not listed), each
-with its fallback:
+module, and every one of those modules is in this package (``tests/test_speedups.py`` greps
+all of kstorm and fails on one not listed, or on a JVM handle or reflection outside the
+package; ``tests/test_architecture.py`` holds the rest of kstorm to :data:`INTERFACE`),
+each with its fallback:
 
 * ``arrow_collect.py`` (batch-rows): ``DataFrame._jdf``, ``DataStreamWriter._jwrite``,
   ``SparkContext._gateway``, ``pyspark.util._load_from_socket``. Fallback: ``foreachBatch``
   and ``DataFrame.toArrow``; compared batch for batch in ``integration_tests/
   test_batch_rows.py``.
-* ``state_map.py`` (state-map): ``MapState._mapStateClient``, its
-  ``_stateful_processor_api_client`` and ``_receive_proto_message*``. Fallback: the
+* ``state_map.py`` (state-map): ``MapState._mapStateClient`` and ``._stateName``, the
+  client's ``_stateful_processor_api_client`` and ``_receive_proto_message*``, and
+  ``pyspark.sql.types``' ``_parse_datatype_json_string`` and
+  ``_create_row_inbound_converter`` (replaced when a row is unpickled). Fallback: the
   ``MapState`` methods (``kstorm/_spark/tws_map.py`` chooses); the stateful kill tests and
   ``tests/test_state_map.py`` run both.
 * ``planners.py`` (planners): ``SparkContext._jvm``, ``._jsc``, ``._gateway``; Scala fields
-  read by reflection (``setAccessible``, ``_private_field``), ``SparkEnv``'s worker-factory
-  methods (``_worker_calls``), the test hook ``dataSourceBuilders_$eq``. Fallback: Spark
-  plans as it would (each guarded: an error there is a DEBUG or INFO line, never a failed
-  batch); ``KSTORM_SPEEDUPS_OFF=planners``.
+  read by reflection (``setAccessible``, ``_private_field``) or by their mangled accessor
+  (``...$$lastActivityNs``), ``SparkEnv``'s worker-factory methods (``_worker_calls``), the
+  test hook ``dataSourceBuilders_$eq``. Fallback: Spark plans as it would (each guarded: an
+  error there is a DEBUG or INFO line, never a failed batch); ``KSTORM_SPEEDUPS_OFF=planners``.
 * ``spark_context.py`` (the session's life, ``session.py`` calls it):
   ``SparkContext._active_spark_context``, ``._gateway`` (its ``proc``), ``._jvm``,
   ``._jsc``, ``._accumulatorServer``. Fallback: a call the JVM cannot answer is guarded
@@ -76,12 +80,17 @@ TESTED_PYSPARK = ("4.2", "4.3")
 PRIVATE_MEMBERS = {
     "kstorm/_spark/speedups/arrow_collect.py": ("._gateway", "._jdf", "._jwrite",
                                                 "_load_from_socket"),
-    "kstorm/_spark/speedups/state_map.py": ("_mapStateClient",
+    "kstorm/_spark/speedups/state_map.py": ("._stateName", "_create_row_inbound_converter",
+                                            "_mapStateClient", "_parse_datatype_json_string",
+                                            "_receive_proto_message",
+                                            "_receive_proto_message_with_map_pairs",
                                             "_stateful_processor_api_client"),
-    "kstorm/_spark/speedups/planners.py": ("._gateway", "._jsc", "._jvm", "_private_field",
-                                           "_worker_calls", "dataSourceBuilders_$eq",
-                                           "setAccessible"),
-    "kstorm/_spark/speedups/spark_context.py": ("._gateway", "._jsc", "._jvm"),
+    "kstorm/_spark/speedups/planners.py": ("$$lastActivityNs", "._gateway", "._jsc", "._jvm",
+                                           "_private_field", "_worker_calls",
+                                           "dataSourceBuilders_$eq", "setAccessible"),
+    "kstorm/_spark/speedups/spark_context.py": ("._gateway", "._jsc", "._jvm",
+                                                "_accumulatorServer",
+                                                "_active_spark_context"),
     "kstorm/_spark/speedups/zygote.py": ("_run_exitfuncs", "_run_module_as_main"),
 }
 
