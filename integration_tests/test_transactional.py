@@ -6,7 +6,11 @@
   those replay with the same txid and a new attempt id, the topology goes on, exact;
 - Redis killed and restarted within the retry budget: exact, nothing stops;
 - an opaque spout whose replay emits a different batch: the opaque Redis sink converges to
-  the replay's content (seed 002's prevCount story);
+  the replay's content (seed 002's prevCount story), and the next transaction goes on
+  where the replay stopped, not where the first attempt did (seed 002's A/B story);
+- a coordinated spout of your own (``ITransactionalSpout``): its coordinator chains the
+  metadata and ends the run (``is_ready``), each of its emitter tasks emits its part,
+  ``cleanup_before`` hears of committed txids only;
 - a 1 MB undecodable record: dead-lettered (truncated, with headers saying so), every good
   record counted once.
 """
@@ -24,7 +28,7 @@ from typing import Any
 import pytest
 import redis
 import tx_topology
-from tx_topology import GLOBAL_KEY, KeyedCount, global_count, memory_data
+from tx_topology import GLOBAL_KEY, KeyedCount, RangeSpout, global_count, memory_data
 
 from kstorm import Fields, KafkaSpout, submit_topology
 from kstorm.embedded import EmbeddedRedis
@@ -205,12 +209,40 @@ def test_opaque_replay_of_a_different_batch_converges(
         row[0] for rows in first.values() for row in rows[:(before + 1) * 5])
 
     marker.unlink()
-    topology = _word_counts(OpaqueMemoryTransactionalSpout(second, Fields("word"), 5),
+    # the replay takes 3 rows a partition, not 5: txid 3 must go on from row 8 (where the
+    # replay stopped), not from row 10 (where the first attempt did), or rows 8-9 are lost
+    topology = _word_counts(OpaqueMemoryTransactionalSpout(second, Fields("word"), 3),
                             redis_server.url, prefix, gate)
     _run(prefix, conf, topology)
     expected = Counter(row[0] for rows in first.values() for row in rows[:before * 5])
     expected.update(row[0] for rows in second.values() for row in rows[before * 5:])
     assert _stored(client, prefix) == expected
+
+
+def test_a_coordinated_spout_of_your_own_emits_from_every_task_and_cleans_up(
+        spark: Any, redis_server: Any, checkpoint_dir: Path, tmp_path: Path) -> None:
+    prefix = f"co-{uuid.uuid4().hex[:6]}"
+    words = [f"w{i % 11}" for i in range(47)]
+    journal = tmp_path / "journal"
+    journal.mkdir()
+    topology = global_count(RangeSpout(words, 7, str(journal)), redis_server.url, prefix,
+                            topology_id=prefix, spout_tasks=2)
+    _run(prefix, _conf(checkpoint_dir), topology)
+
+    client = redis.Redis.from_url(redis_server.url)
+    assert int(client.get(f"{prefix}:{GLOBAL_KEY}")) == len(words)
+    lines = {task: [tuple(line.split()) for line in
+                    (journal / f"task-{task}").read_text().splitlines()] for task in (0, 1)}
+    for task, emitted in lines.items():
+        txids = [int(txid) for txid, _, _ in emitted]
+        # one emit per transaction and task: 7 transactions of 7 words (the last of 5)
+        assert txids == list(range(1, 8)), (task, emitted)
+        assert sum(int(n) for _, _, n in emitted) == len(range(task, len(words), 2))
+        cleaned = [None if c == "None" else int(c) for _, c, _ in emitted]
+        # only txids already committed, never the running one, and they move on
+        done = [c for c in cleaned if c is not None]
+        assert all(c < txid for c, txid in zip(cleaned, txids, strict=True) if c is not None)
+        assert done == sorted(done) and done and done[-1] >= txids[-1] - 2, emitted
 
 
 def test_one_megabyte_bad_record_is_dead_lettered(

@@ -11,6 +11,9 @@ Components (importable by Spark's Python workers, so defined here and not in a t
   emits ``("global", sum)`` in ``finish_batch``, for a RedisSink that adds it under the txid.
 - :class:`Relay` and :class:`Recorder`: seed 002's C and D downstream of the committer B.
 - :class:`KeyedCount`: per-word counts of a batch (word count over two stores).
+- :class:`RangeSpout`: a coordinated ``ITransactionalSpout`` over a list of words (each
+  transaction the next ``take``, split over the emitter tasks); its emitters write what
+  they emitted and each ``cleanup_before`` call to a journal folder.
 
 The runner, ``python -m tx_topology``, runs the global count over a
 ``MemoryTransactionalSpout`` (``--spout memory``, data from :func:`memory_data`) or a
@@ -35,7 +38,10 @@ from kstorm.transactional import (
     BaseBatchBolt,
     BaseTransactionalBolt,
     ICommitter,
+    ITransactionalSpout,
     MemoryTransactionalSpout,
+    TransactionalCoordinator,
+    TransactionalEmitter,
     TransactionalTopologyBuilder,
 )
 
@@ -143,17 +149,64 @@ class KeyedCount(BaseBatchBolt):
         declarer.declare(Fields("word", "count"))
 
 
+class _RangeCoordinator(TransactionalCoordinator):
+    def __init__(self, size: int, take: int) -> None:
+        self.size, self.take, self.next = size, take, 0
+
+    def is_ready(self) -> bool:
+        return self.next < self.size  # after a restart 0: the next meta says where it is
+
+    def initialize_transaction(self, txid: int, prev_metadata: Any) -> Any:
+        start = 0 if prev_metadata is None else prev_metadata["end"]
+        self.next = min(start + self.take, self.size)
+        return {"start": start, "end": self.next}
+
+
+class _RangeEmitter(TransactionalEmitter):
+    def __init__(self, words: list[str], journal: str, task: int, tasks: int) -> None:
+        self.words, self.journal, self.task, self.tasks = words, journal, task, tasks
+        self.cleaned: int | None = None
+
+    def cleanup_before(self, txid: int) -> None:
+        self.cleaned = txid
+
+    def emit_batch(self, tx: Any, coordinator_meta: Any, collector: Any) -> None:
+        rows = [i for i in range(coordinator_meta["start"], coordinator_meta["end"])
+                if i % self.tasks == self.task]
+        for i in rows:
+            collector.emit([tx, self.words[i]])
+        with open(Path(self.journal) / f"task-{self.task}", "a") as f:
+            f.write(f"{tx.transaction_id} {self.cleaned} {len(rows)}\n")
+
+
+class RangeSpout(ITransactionalSpout):
+    """A coordinated transactional spout: each transaction takes the next ``take`` words."""
+
+    def __init__(self, words: list[str], take: int, journal: str) -> None:
+        self.words, self.take, self.journal = words, take, journal
+
+    def declare_output_fields(self, declarer: Any) -> None:
+        declarer.declare(Fields("tx", "word"))
+
+    def get_coordinator(self, conf: dict[str, Any], context: Any) -> _RangeCoordinator:
+        return _RangeCoordinator(len(self.words), self.take)
+
+    def get_emitter(self, conf: dict[str, Any], context: Any) -> _RangeEmitter:
+        return _RangeEmitter(self.words, self.journal, context.task_index, context.num_tasks)
+
+
 def global_count(spout: Any, redis_url: str, prefix: str, *, topology_id: str = "global-count",
                  partial_tasks: int = 3, fail_dir: str | None = None,
                  fail_txids: tuple[int, ...] = (), mode: str = "transactional",
-                 downstream: bool = False, always_fail: bool = False) -> Any:
+                 downstream: bool = False, always_fail: bool = False,
+                 spout_tasks: int = 1) -> Any:
     """Seed 002's TransactionalGlobalCount, its total stored at ``<prefix>:global``.
 
     ``downstream``: B's output goes through C and D (seed 002's A -> B -> C -> D) first.
     """
     from sinks.redis import RedisConfig, RedisSink
 
-    builder = TransactionalTopologyBuilder(topology_id, "spout", spout)
+    builder = TransactionalTopologyBuilder(topology_id, "spout", spout, spout_tasks)
     builder.set_bolt("partial-count", BatchCount(fail_dir, fail_txids, always_fail),
                      partial_tasks).shuffle_grouping("spout")
     builder.set_committer_bolt("sum", UpdateGlobalCount()).global_grouping("partial-count")

@@ -41,8 +41,13 @@ is pending. At least once their tuples with a message id are tracked as on Spark
 ``next_tuple``, and it re-emits what it wants to. Tuples piped by hand into a free-form
 spout (:meth:`TopologyTestDriver.pipe`) are untracked.
 
-What the driver does not do: it never calls a transactional spout's coordinator: you pipe
-its tuples. Time is the driver's clock (:meth:`advance_time`), the batch's processing time.
+Transactional spouts: :meth:`TopologyTestDriver.run` plans and emits their transactions
+as Spark does (``kstorm/_runtime/tx_planner.py``: the coordinator's ``is_ready`` and
+metadata, a coordinated spout's emitter tasks with ``cleanup_before``, a partitioned or
+opaque spout's partitions), one transaction a batch, txids from 1, until the coordinator is
+not ready or a transaction emits nothing. Tuples piped by hand (:meth:`pipe`, without the
+attempt first) are a batch of their own. Time is the driver's clock (:meth:`advance_time`),
+the batch's processing time.
 
 Example:
     >>> driver = TopologyTestDriver(builder.create_topology())  # doctest: +SKIP
@@ -98,6 +103,7 @@ from kstorm._runtime.spout_executor import BatchBounds, SpoutExecutor
 from kstorm._runtime.spout_log import SpoutLog
 from kstorm._runtime.spout_notices import NoticeBook
 from kstorm._runtime.transaction import Transactions
+from kstorm._runtime.tx_planner import TxPlanner, emit_part
 from kstorm._runtime.window_store import PersistentTuples
 from kstorm._runtime.window_task import WindowedTask
 from kstorm.acking.acker import DictStore, run_acker_batch, stale_roots
@@ -223,6 +229,9 @@ class TopologyTestDriver:
         self._scratch: str | None = None  # their logs and notices
         self._polling = False
         self._inputs: set[str] = set()  # the spouts with input in the running batch
+        self._planners: dict[str, TxPlanner] = {}  # transactional spouts, once run() plans
+        self._tx_ends: dict[str, dict[str, Any]] = {}  # ... the end of their last transaction
+        self._committed: int | None = None  # the newest txid committed (cleanup_before)
         if self._acking is not None:
             check_window_timeouts(topology, self._acking, lambda spout: self.settings.
                                   spout_max_pending(topology.components[spout].conf))
@@ -280,8 +289,9 @@ class TopologyTestDriver:
 
         Every batch of its ``ListSpout``s (batch ``b`` of each together, rows ``"b:i"``; at
         least once with their due retries, held back at ``topology.max.spout.pending``),
-        then its free-form spouts' batches (``next_tuple``, as on Spark) until they emit
-        nothing, then :meth:`drain`.
+        then its transactional spouts' transactions (until the coordinator is not ready or
+        a transaction emits nothing), then its free-form spouts' batches (``next_tuple``,
+        as on Spark) until they emit nothing, then :meth:`drain`.
         """
         lists = {s.id: s.component.batches for s in self.topology.spouts()
                  if source_kind(s.component) == "list"}
@@ -289,6 +299,9 @@ class TopologyTestDriver:
             self._await_room(lists)
             self._run_batch({s: batches[b] for s, batches in lists.items() if b < len(batches)},
                             list_batch=b)
+        for _ in range(max_batches):
+            if not self._tx_batch():
+                break
         self._polling = any(source_kind(s.component) == "next_tuple"
                             for s in self.topology.spouts())
         for _ in range(max_batches if self._polling else 0):
@@ -398,6 +411,8 @@ class TopologyTestDriver:
         self._closed = True
         for runner in self._runners.values():
             runner.close()
+        for planner in self._planners.values():
+            planner.close()
         if self._scratch is not None:
             shutil.rmtree(self._scratch, ignore_errors=True)
         for instances in self._instances.values():
@@ -513,6 +528,56 @@ class TopologyTestDriver:
             max_pending=settings.spout_max_pending(spec.conf) if notices is not None else None)
         return found
 
+    def _planner(self, spout: str) -> TxPlanner:
+        """The transactional spout's planner, as Spark's source process holds it."""
+        found = self._planners.get(spout)
+        if found is None:
+            spec = self.topology.components[spout]
+            found = self._planners[spout] = TxPlanner(
+                spec.component, spout, spec.streams,
+                self.settings.component_conf(self.conf, spec.conf),
+                lambda task: self._tx_context(spout, task))
+        return found
+
+    def _tx_context(self, spout: str, task: int) -> TopologyContext:
+        spec = self.topology.components[spout]
+        return TopologyContext(self.name, spout, task, spec.parallelism, -1,
+                               dict(spec.streams), self.topology)
+
+    def _tx_batch(self) -> bool:
+        """One transaction of the transactional spouts; False when none of them had one."""
+        self._check_open()
+        txid = self._txid(self.batch_id)
+        tuples: dict[str, list[Tuple]] = {}
+        ends: dict[str, dict[str, Any]] = {}
+        for spec in self.topology.spouts():
+            if source_kind(spec.component) != "transactional":
+                continue
+            start = self._tx_ends.get(spec.id, {"seq": 0})
+            planned = self._planner(spec.id).plan(start, txid, 0)
+            if planned is None:
+                continue
+            end, kept = planned
+            if not kept:  # a coordinated spout: each emitter task emits its part
+                conf = self.settings.component_conf(self.conf, spec.conf)
+                for task in range(spec.parallelism):
+                    emitted, _ = emit_part(spec.component, spec.id, spec.streams, conf,
+                                           self._tx_context(spec.id, task), "emit", task,
+                                           end["meta"], TransactionAttempt(txid, 0),
+                                           committed=self._committed)
+                    kept[task] = emitted
+            logged = [t for part in sorted(kept) for t in kept[part]]
+            if not logged:
+                continue  # the end of its input: no transaction
+            tuples[spec.id] = [Tuple(list(t.values), spec.streams[t.stream], spec.id, t.stream)
+                               for t in logged]
+            ends[spec.id] = end
+        if not ends:
+            return False
+        self._batch(tuples)
+        self._tx_ends.update(ends)
+        return True
+
     def _poll_batch(self) -> bool:
         """One batch of the free-form spouts' emits; False when none of them had a batch."""
         self._check_open()
@@ -551,7 +616,7 @@ class TopologyTestDriver:
 
     def _batch(self, tuples: dict[str, list[Tuple]]) -> None:
         batch_id = self.batch_id
-        txid = batch_id + (FIRST_TXID if self.topology.transactional_id is not None else 0)
+        txid = self._txid(batch_id)
         attempt = 0
         self._inputs = set(tuples)  # the spouts with a batch of their own (not only retries)
         retries = self._retries(tuples)
@@ -578,7 +643,12 @@ class TopologyTestDriver:
                 msg = f"txid {txid} failed in {where}{tries}: {decision.cause}"
                 raise KstormError(msg) from exc
         self._apply(done, txid)
+        self._committed = txid
         self.batch_id += 1
+
+    def _txid(self, batch_id: int) -> int:
+        """A batch's txid: from 1 in a transactional topology, else the batch id."""
+        return batch_id + (FIRST_TXID if self.topology.transactional_id is not None else 0)
 
     def _spout_cap(self, spout: str) -> int | None:
         """``topology.max.spout.pending`` of ``spout`` (its own, else the topology's)."""

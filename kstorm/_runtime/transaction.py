@@ -48,6 +48,7 @@ Action = Literal["retry", "dead-letter", "fail"]
 MAX_BACKOFF_S = 10.0
 ATTEMPT_PROPERTY = "kstorm.attempt"         # Spark local property: the batch's attempt id
 DEAD_LETTER_PROPERTY = "kstorm.dead_letter"  # ... set: every spout tuple is a dead letter
+COMMITTED_PROPERTY = "kstorm.committed"     # ... the newest txid whose sinks committed
 
 _RETRIED: dict[type[BaseException], Kind] = {
     FailedException: "failed", BoltError: "error", SinkError: "sink", SourceError: "source"}

@@ -89,6 +89,7 @@ from kstorm._runtime.reliability import SpoutReliability
 from kstorm._runtime.state_book import StateBook
 from kstorm._runtime.transaction import (
     ATTEMPT_PROPERTY,
+    COMMITTED_PROPERTY,
     DEAD_LETTER_PROPERTY,
     Decision,
     Transactions,
@@ -188,6 +189,7 @@ class CommitPhase:
         self._pool: ThreadPoolExecutor | None = None
         self._pending: Future[None] | None = None
         self.sink_failure: KstormError | None = None  # an overlapped commit's final failure
+        self.committed_txid: int | None = None  # the newest txid this process committed
         self.on_failure: Callable[[], Any] | None = None  # stops the query (set by the runner)
         self._waited = 0.0  # how long this batch waited for the previous batch's sinks
         self.rows = ArrowRows()  # a batch frame's rows for the driver (``toArrow``, leaner)
@@ -201,6 +203,8 @@ class CommitPhase:
         context = frame.sparkSession.sparkContext
         txid = self.txid_base + batch_id
         attempt = 0
+        if self.committed_txid is not None:  # a coordinated spout's cleanup_before
+            context.setLocalProperty(COMMITTED_PROPERTY, str(self.committed_txid))
         try:
             while True:
                 attempt_id = self.transactions.attempt_id(attempt)
@@ -236,6 +240,7 @@ class CommitPhase:
             raise
         finally:
             context.setLocalProperty(ATTEMPT_PROPERTY, None)
+            context.setLocalProperty(COMMITTED_PROPERTY, None)
 
     def _roll_states_back(self, txid: int, cause: BaseException) -> None:
         """Undo a failed attempt's state (prepared or committed); else stop, never re-run."""
@@ -409,6 +414,7 @@ class CommitPhase:
         for dest in by_dest:
             log.error("batch %s: %d rows for unknown destination %r", batch_id,
                       by_dest[dest].num_rows, dest)
+        self.committed_txid = done.txid
         seconds = time.monotonic() - done.started
         self.progress.batch_committed(batch_id, done.offsets.summary(), seconds, done.blocking)
         if progress_log.isEnabledFor(logging.INFO):

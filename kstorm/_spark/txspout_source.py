@@ -1,27 +1,23 @@
 """A transactional spout (seed 002) as a PySpark streaming data source.
 
 Spark keeps one Python process per streaming source for the query's life (the streaming
-source runner, on the driver); the reader holds the spout's coordinator (and, for
-partitioned spouts, its emitter) there. A batch's end offset is the transaction's metadata,
-JSON: ``{"seq": n, "meta": ...}`` (coordinated spouts) or ``{"seq": n, "metas": {partition:
-meta}, "prev": {partition: meta}}`` (partitioned and opaque spouts), metadata pickled in
-base64. Spark writes it to its offset log before the batch runs, so a replay of the batch
-gets the same metadata, and the commit phase stores it with the sinks' records.
+source runner, on the driver); the reader holds the spout's :class:`~kstorm._runtime.
+tx_planner.TxPlanner` (its coordinator and, for partitioned spouts, its emitter) there. A
+batch's end offset is the transaction's metadata (``kstorm/_runtime/tx_planner.py``). Spark
+writes it to its offset log before the batch runs, so a replay of the batch gets the same
+metadata, and the commit phase stores it with the sinks' records.
 
-- ``latestOffset(start)``: when the coordinator ``is_ready()``, plan transaction ``txid =
-  txid base + the next Spark batch id``: a coordinated spout's
-  ``initialize_transaction(txid, previous meta)``; a partitioned spout's
-  ``emit_partition_batch_new(tx, collector, p, last meta)`` per partition (an opaque
-  spout's ``emit_partition_batch``), the tuples kept in this process. No tuple at all: no
-  batch.
+- ``latestOffset(start)``: plan transaction ``txid = txid base + the next Spark batch id``
+  (:meth:`TxPlanner.plan`); a partitioned spout's tuples are kept in this process. No
+  transaction (the coordinator is not ready, or no tuple at all): no batch.
 - ``partitions``: a coordinated spout's emitter tasks (``parallelism``), or a partitioned
   spout's partitions, carrying the kept tuples (Arrow IPC). After a restart the kept tuples
-  are gone: the read task asks the emitter for the batch again, from its metadata
-  (``emit_partition_batch(tx, collector, p, meta)``, which must emit the identical batch;
-  an opaque spout's from the previous meta, which may differ: the metadata it then returns
+  are gone: the read task asks the emitter for the batch again, from its metadata (an
+  opaque spout's from the previous meta, which may differ: the metadata it then returns
   goes to the driver, which records it for the next transaction).
 - ``read``: the task's tuples as ``(__stream, __vals)`` rows, through the spout's source
-  stage (``fused``), as a free-form spout's.
+  stage (``fused``), as a free-form spout's. A coordinated spout's emitter gets
+  ``cleanup_before`` with the newest txid the commit phase has committed (a job property).
 
 The reader is also created (then pickled to executors) by Spark's read planner: it opens
 nothing until a driver method runs.
@@ -32,7 +28,6 @@ from __future__ import annotations
 import base64
 import json
 import logging
-import pickle
 import random
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -51,14 +46,13 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from kstorm._runtime.envelope import Outgoing, to_arrow, txmeta_dest
-from kstorm._runtime.spout_executor import EmitBuffer
 from kstorm._runtime.spout_log import LoggedTuple, to_table
-from kstorm._runtime.transaction import ATTEMPT_PROPERTY
+from kstorm._runtime.transaction import ATTEMPT_PROPERTY, COMMITTED_PROPERTY
+from kstorm._runtime.tx_planner import TxPlanner, decode, emit_part, encode, last_metas
 from kstorm._spark.offset_log import next_batch_id
 from kstorm._spark.stage import _local, batch_id
 from kstorm.component import TopologyContext
 from kstorm.transactional.attempt import TransactionAttempt
-from kstorm.transactional.bolt import BatchOutputCollector
 from kstorm.tuple import Fields
 
 FORMAT = "kstorm_txspout"
@@ -107,16 +101,6 @@ def effective_end(end: Mapping[str, Any], replayed: Mapping[int, bytes]) -> dict
     return out
 
 
-def encode(meta: Any) -> str:
-    """A metadata object as a JSON-safe string."""
-    return base64.b64encode(pickle.dumps(meta, protocol=5)).decode()
-
-
-def decode(text: str | None) -> Any:
-    """:func:`encode`'s inverse (``None`` stays ``None``)."""
-    return None if text is None else pickle.loads(base64.b64decode(text))
-
-
 class TxSpoutDataSource(DataSource):
     """``spark.readStream.format("kstorm_txspout")``."""
 
@@ -140,14 +124,13 @@ class TxSpoutStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, spec: str) -> None:
         self.spec: TxSpoutSpec = cloudpickle.loads(base64.b64decode(spec))
         self.kind: str = self.spec.spout.transactional_kind
-        self._coordinator: Any = None
-        self._emitter: Any = None
+        self._planner: TxPlanner | None = None
         self._kept: dict[int, dict[int, list[LoggedTuple]]] = {}  # end seq -> partition -> tuples
         self._planning_attempt = random.getrandbits(40) << 16
 
     def __getstate__(self) -> dict[str, Any]:  # executors get the spec, never the clients
-        return {"spec": self.spec, "kind": self.kind, "_coordinator": None, "_emitter": None,
-                "_kept": {}, "_planning_attempt": self._planning_attempt}
+        return {"spec": self.spec, "kind": self.kind, "_planner": None, "_kept": {},
+                "_planning_attempt": self._planning_attempt}
 
     # -- driver (the streaming source runner process) --------------------------------------
 
@@ -156,13 +139,12 @@ class TxSpoutStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return TopologyContext(spec.topology_name, spec.spout_id, task, spec.parallelism, -1,
                                dict(spec.streams))
 
-    def _clients(self) -> tuple[Any, Any]:
-        if self._coordinator is None:
-            conf = dict(self.spec.conf)
-            self._coordinator = self.spec.spout.get_coordinator(conf, self._context())
-            if self.kind != "coordinated":
-                self._emitter = self.spec.spout.get_emitter(conf, self._context())
-        return self._coordinator, self._emitter
+    def _planner_here(self) -> TxPlanner:
+        if self._planner is None:
+            spec = self.spec
+            self._planner = TxPlanner(spec.spout, spec.spout_id, spec.streams, spec.conf,
+                                      self._context)
+        return self._planner
 
     def initialOffset(self) -> dict:
         """A new checkpoint starts at the metadata a sink stored, else at nothing."""
@@ -177,34 +159,16 @@ class TxSpoutStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         """Plan the next transaction (see the module docstring), or ``start`` for none."""
-        coordinator, emitter = self._clients()
-        if not coordinator.is_ready():
-            return start
         seq = int(start["seq"])
         txid = self.spec.txid_base + next_batch_id(Path(self.spec.checkpoint))
-        tx = TransactionAttempt(txid, self._planning_attempt + seq)
-        if self.kind == "coordinated":
-            meta = coordinator.initialize_transaction(txid, decode(start.get("meta")))
-            return {"seq": seq + 1, "meta": encode(meta)}
-        last = self._last_metas(start)
-        partitions = (coordinator.number_partitions() if self.kind == "partitioned"
-                      else emitter.number_partitions())
-        metas: dict[str, str] = {}
-        kept: dict[int, list[LoggedTuple]] = {}
-        for p in range(partitions):
-            buffer = EmitBuffer(self.spec.spout_id, self.spec.streams)
-            collector = BatchOutputCollector(lambda s, v, _a, b=buffer: b(s, v, None))
-            if self.kind == "partitioned":
-                meta = emitter.emit_partition_batch_new(tx, collector, p, last.get(p))
-            else:
-                meta = emitter.emit_partition_batch(tx, collector, p, last.get(p))
-            metas[str(p)] = encode(meta)
-            kept[p] = buffer.take()
-        if not any(kept.values()):
+        planned = self._planner_here().plan(start, txid, self._planning_attempt + seq,
+                                            last=self._last_metas(start))
+        if planned is None:
             return start
-        self._kept = {seq + 1: kept}  # only the batch being planned is ever read from here
-        return {"seq": seq + 1, "metas": metas,
-                "prev": {str(p): encode(m) for p, m in last.items()}}
+        end, kept = planned
+        if kept:
+            self._kept = {seq + 1: kept}  # only the batch being planned is ever read from here
+        return end
 
     def _last_metas(self, start: dict) -> dict[int, Any]:
         """Each partition's metadata after the previous transaction.
@@ -212,7 +176,7 @@ class TxSpoutStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         That is the previous end offset's, unless a replay of it (an opaque spout's) emitted
         differently: then the commit phase recorded what the replay returned.
         """
-        metas = {int(p): decode(m) for p, m in start.get("metas", {}).items()}
+        metas = last_metas(start)
         if self.spec.txmeta_file:
             try:
                 recorded = json.loads(Path(self.spec.txmeta_file).read_text())
@@ -244,12 +208,11 @@ class TxSpoutStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def stop(self) -> None:
         """The query stopped: close the spout's coordinator and emitter."""
-        for client in (self._coordinator, self._emitter):
-            if client is not None:
-                try:
-                    client.close()
-                except Exception:
-                    log.exception("transactional spout %r: close() raised", self.spec.spout_id)
+        if self._planner is not None:
+            try:
+                self._planner.close()
+            except Exception:
+                log.exception("transactional spout %r: close() raised", self.spec.spout_id)
 
     # -- executors -------------------------------------------------------------------------
 
@@ -263,22 +226,15 @@ class TxSpoutStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         else:
             tx = TransactionAttempt(spec.txid_base + batch_id(),
                                     int(_local(ATTEMPT_PROPERTY) or 0))
-            buffer = EmitBuffer(spec.spout_id, spec.streams)
-            collector = BatchOutputCollector(lambda s, v, _a: buffer(s, v, None))
-            conf = dict(spec.conf)
-            emitter = spec.spout.get_emitter(conf, self._context(which if how == "emit" else 0))
-            try:
-                if how == "emit":
-                    emitter.emit_batch(tx, decode(payload), collector)
-                elif self.kind == "partitioned":
-                    emitter.emit_partition_batch(tx, collector, which, decode(payload))
-                else:
-                    meta = emitter.emit_partition_batch(tx, collector, which, decode(payload))
-                    extra.append(Outgoing(txmeta_dest(spec.spout_id), which, spec.spout_id, "",
-                                          encode(meta).encode(), None))
-            finally:
-                emitter.close()
-            table = to_table(buffer.take())
+            committed = _local(COMMITTED_PROPERTY)
+            tuples, meta = emit_part(
+                spec.spout, spec.spout_id, spec.streams, spec.conf,
+                self._context(which if how == "emit" else 0), how, which, payload, tx,
+                committed=int(committed) if committed else None)
+            if self.kind == "opaque":
+                extra.append(Outgoing(txmeta_dest(spec.spout_id), which, spec.spout_id, "",
+                                      encode(meta).encode(), None))
+            table = to_table(tuples)
         table = table.drop_columns([c for c in ("__msgid",) if c in table.schema.names])
         batches = table.to_batches()
         if spec.fused is not None:

@@ -62,7 +62,11 @@ class TransactionalCoordinator:
 
 
 class TransactionalEmitter:
-    """Emits one task's part of a batch from its metadata (in Spark's read tasks)."""
+    """Emits one task's part of a batch from its metadata (in Spark's read tasks).
+
+    kstorm makes an emitter for one task and one batch: :meth:`cleanup_before` first (once
+    a transaction has committed), then :meth:`emit_batch`, then :meth:`close`.
+    """
 
     def emit_batch(self, tx: TransactionAttempt, coordinator_meta: Any,
                    collector: BatchOutputCollector) -> None:
@@ -71,7 +75,10 @@ class TransactionalEmitter:
         raise NotImplementedError(msg)
 
     def cleanup_before(self, txid: int) -> None:
-        """Transactions before ``txid`` committed: drop what was kept for them."""
+        """Transaction ``txid`` (the newest known) and all before it committed.
+
+        Drop what was kept to replay them (Storm's ``cleanupBefore``).
+        """
 
     def close(self) -> None:
         """The task is done."""
