@@ -83,6 +83,7 @@ _WHERE = {
     # kstorm.tuple
     "Fields": "kstorm.tuple",
     "Tuple": "kstorm.tuple",
+    "TupleUtils": "kstorm.tuple",
     "Values": "kstorm.tuple",
     # kstorm.windowing.bolt
     "BaseStatefulWindowedBolt": "kstorm.windowing.bolt",
@@ -143,6 +144,7 @@ __all__ = [
     "TopologyHandle",
     "TriggerMode",
     "Tuple",
+    "TupleUtils",
     "Values",
     "submit_topology",
 ]
@@ -220,5 +222,5 @@ if _typing.TYPE_CHECKING:  # what type checkers and IDEs see: the eager imports
         TransactionalTopologyBuilder,
         TransactionAttempt,
     )
-    from kstorm.tuple import Fields, Tuple, Values
+    from kstorm.tuple import Fields, Tuple, TupleUtils, Values
     from kstorm.windowing.bolt import BaseStatefulWindowedBolt, BaseWindowedBolt

@@ -61,9 +61,6 @@ _STORM_KEYS: dict[str, tuple[str, str]] = {
         "Spark reads a bounded batch at a time, so there is no queue to back up",
         "bound batches with KafkaSpout(max_offsets_per_batch=...) or "
         "kstorm.spout.max.batch.tuples"),
-    "topology.tick.tuple.freq.secs": (
-        "kstorm delivers no tick tuples yet",
-        "use a windowed bolt (with_tumbling_window(Duration.seconds(n))) for periodic work"),
     "storm.local.dir": (
         "kstorm keeps its local files in the topology's checkpoint directory",
         "set kstorm.checkpoint.root or kstorm.checkpoint.dir"),

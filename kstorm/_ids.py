@@ -9,6 +9,7 @@ RESERVED_PREFIX = "__"
 ACKER_COMPONENT = "__acker"
 SYSTEM_COMPONENT = "__system"
 CHECKPOINT_STREAM = "__checkpoint"
+TICK_STREAM = "__tick"  # from SYSTEM_COMPONENT: tick tuples (topology.tick.tuple.freq.secs)
 ACK_STREAM = "__ack"
 DEAD_LETTER_STREAM = "__dead_letter"
 LATE_TUPLE_FIELD = "late_tuple"

@@ -82,6 +82,9 @@ class TopologyConfig(BaseModel):
     workers: int | None = Field(None, ge=1, alias="topology.workers")
     message_timeout_secs: int = Field(30, ge=1, alias="topology.message.timeout.secs")
     max_spout_pending: int | None = Field(None, ge=1, alias="topology.max.spout.pending")
+    # tick tuples to every plain bolt every so many seconds of batch time (_runtime/ticks.py)
+    tick_tuple_freq_secs: float | None = Field(None, gt=0,
+                                               alias="topology.tick.tuple.freq.secs")
     # where KeyValueState lives (seed 000): spark (Spark's state store), redis, memory, or a
     # StateProvider class ("package.module:Class"); Storm's provider class names work too
     state_provider: str = Field("spark", alias="topology.state.provider")
@@ -355,6 +358,7 @@ class TopologyConfig(BaseModel):
             "topology.state.provider.config": (dict(provider_config)
                                                if isinstance(provider_config, dict)
                                                else provider_config),
+            "topology.tick.tuple.freq.secs": self.tick_tuple_freq_secs,
             "topology.workers": self.workers,
         }
 
@@ -524,6 +528,7 @@ class Config(dict):
     TOPOLOGY_STATE_CHECKPOINT_INTERVAL = "topology.state.checkpoint.interval.ms"
     TOPOLOGY_STATE_PROVIDER = "topology.state.provider"
     TOPOLOGY_STATE_PROVIDER_CONFIG = "topology.state.provider.config"
+    TOPOLOGY_TICK_TUPLE_FREQ_SECS = "topology.tick.tuple.freq.secs"
     TOPOLOGY_WORKERS = "topology.workers"
     # Kafka: the topology's connection
     KAFKA_BOOTSTRAP_SERVERS = "kafka.bootstrap.servers"

@@ -102,6 +102,7 @@ from kstorm._runtime.sparkhash import spark_task
 from kstorm._runtime.spout_executor import BatchBounds, SpoutExecutor
 from kstorm._runtime.spout_log import SpoutLog
 from kstorm._runtime.spout_notices import NoticeBook
+from kstorm._runtime.ticks import counts, due, tick_periods, tick_rows
 from kstorm._runtime.transaction import Transactions
 from kstorm._runtime.tx_planner import TxPlanner, emit_part
 from kstorm._runtime.window_store import PersistentTuples
@@ -197,8 +198,10 @@ class TopologyTestDriver:
         # one process: topology.workers (Spark executors on a cluster) means nothing here
         checked = {k: v for k, v in self.conf.items() if k != "topology.workers"}
         self.settings = TopologyConfig.from_conf({**checked, "kstorm.capture.emitted": True})
-        self.plan: Plan = compile_plan(topology)
         self.now_ms = int(start_time_ms)
+        self._ticks = tick_periods(topology, self.settings.tick_tuple_freq_secs)
+        self._tick_counts = counts(self._ticks, self.now_ms)  # each bolt's last tick
+        self.plan: Plan = compile_plan(topology, self._ticks)
         self.batch_id = 0  # the next batch
         self.counters: Counter[str] = Counter()
         self.dead_letters: list[dict[str, Any]] = []
@@ -232,6 +235,7 @@ class TopologyTestDriver:
         self._planners: dict[str, TxPlanner] = {}  # transactional spouts, once run() plans
         self._tx_ends: dict[str, dict[str, Any]] = {}  # ... the end of their last transaction
         self._committed: int | None = None  # the newest txid committed (cleanup_before)
+        self._due_ticks: list[str] = []  # the bolts with a tick in the running batch
         if self._acking is not None:
             check_window_timeouts(topology, self._acking, lambda spout: self.settings.
                                   spout_max_pending(topology.components[spout].conf))
@@ -354,7 +358,8 @@ class TopologyTestDriver:
         """Move the clock ``ms`` on.
 
         With ``run``, a batch without input runs if a windowed bolt task has a window to
-        close by then (Spark's processing-time timers).
+        close by then (Spark's processing-time timers), or a bolt's tick is due (the tick
+        source's batch on Spark).
         """
         if isinstance(ms, Duration):
             ms = ms.ms
@@ -362,10 +367,11 @@ class TopologyTestDriver:
             msg = f"advance_time({ms}): time only moves forward"
             raise ValueError(msg)
         self.now_ms += int(ms)
-        due = [t for tracker in self._trackers.values()
-               for t in (tracker.next_retry_at(), tracker.next_timeout_at()) if t is not None]
+        waits = [t for tracker in self._trackers.values()
+                 for t in (tracker.next_retry_at(), tracker.next_timeout_at()) if t is not None]
         if run and (any(w.timer is not None and w.timer <= self.now_ms
-                        for w in self._windows.values()) or any(t <= self.now_ms for t in due)):
+                        for w in self._windows.values()) or any(t <= self.now_ms for t in waits)
+                    or due(self._tick_counts, counts(self._ticks, self.now_ms))):
             self.run_batch()
 
     # -- reading ---------------------------------------------------------------------------
@@ -620,6 +626,8 @@ class TopologyTestDriver:
         attempt = 0
         self._inputs = set(tuples)  # the spouts with a batch of their own (not only retries)
         retries = self._retries(tuples)
+        now_counts = counts(self._ticks, self.now_ms)
+        self._due_ticks = due(self._tick_counts, now_counts)
         while True:
             saved = self._save()
             try:
@@ -643,6 +651,7 @@ class TopologyTestDriver:
                 msg = f"txid {txid} failed in {where}{tries}: {decision.cause}"
                 raise KstormError(msg) from exc
         self._apply(done, txid)
+        self._tick_counts = now_counts
         self._committed = txid
         self.batch_id += 1
 
@@ -801,6 +810,9 @@ class TopologyTestDriver:
                 else:  # each stage its own copies (the runtime tracks each arrival)
                     raw[stage.index].extend(self._raw_tasks(stage, spout,
                                                             [_fresh(t) for t in ts]))
+        if self._due_ticks:  # as the tick source's rows on Spark: one per task, unanchored
+            tasks = {c: self.topology.components[c].parallelism for c in self._due_ticks}
+            self._route(tick_rows(tasks, self._ticks, self._due_ticks), inbox, commit_rows, done)
         folded: dict[str, tuple[list[pa.Table], dict[str, int], int]] = {}
         for stage in self.plan.stages:
             if stage.is_source:

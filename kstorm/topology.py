@@ -78,8 +78,32 @@ class StormTopology:
 COMPONENT_KEYS = {
     "topology.max.spout.pending": "spout",  # this spout's cap (setMaxSpoutPending)
     "topology.debug": "any",                 # passed to prepare/open
+    "topology.tick.tuple.freq.secs": "bolt",  # this bolt's tick period (_runtime/ticks.py)
 }
 _TOPOLOGY_WIDE = ("topology.", "kstorm.", "kafka.", "storm.", "nimbus.", "supervisor.")
+
+
+def _check_component_key(kind_of: str, cid: str, key: str, value: Any) -> None:
+    """Refuse a component-level key that is topology-wide or not for this kind of component."""
+    kind = COMPONENT_KEYS.get(key)
+    if kind is None and key.startswith(_TOPOLOGY_WIDE):
+        msg = (f"{kind_of} {cid!r}: {key!r} is a topology-wide key, not one a "
+               f"component sets for itself (per component: {sorted(COMPONENT_KEYS)})")
+        raise TopologyError(msg, hint=f"set {key} in the topology's configuration")
+    if kind == "spout" and kind_of != "spout":
+        msg = f"{kind_of} {cid!r}: {key!r} applies to spouts only"
+        raise TopologyError(msg, hint=f"set {key} on the spout's declarer")
+    if kind == "bolt" and kind_of != "bolt":
+        msg = f"{kind_of} {cid!r}: {key!r} applies to bolts only"
+        raise TopologyError(msg, hint=f"set {key} on a bolt's declarer")
+    if key == "topology.max.spout.pending" and value is not None and (
+            isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        msg = f"spout {cid!r}: {key} must be an int >= 1 or None, got {value!r}"
+        raise TopologyError(msg)
+    if key == "topology.tick.tuple.freq.secs" and value is not None and (
+            isinstance(value, bool) or not isinstance(value, int | float) or not value > 0):
+        msg = f"bolt {cid!r}: {key} must be a number of seconds > 0 or None, got {value!r}"
+        raise TopologyError(msg)
 
 
 class _Declarer:
@@ -99,18 +123,7 @@ class _Declarer:
             TopologyError: a topology-wide key (e.g. ``topology.message.timeout.secs``),
                 naming the component and the key.
         """
-        kind = COMPONENT_KEYS.get(key)
-        if kind is None and key.startswith(_TOPOLOGY_WIDE):
-            msg = (f"{self._kind} {self.id!r}: {key!r} is a topology-wide key, not one a "
-                   f"component sets for itself (per component: {sorted(COMPONENT_KEYS)})")
-            raise TopologyError(msg, hint=f"set {key} in the topology's configuration")
-        if kind == "spout" and self._kind != "spout":
-            msg = f"{self._kind} {self.id!r}: {key!r} applies to spouts only"
-            raise TopologyError(msg, hint=f"set {key} on the spout's declarer")
-        if key == "topology.max.spout.pending" and value is not None and (
-                isinstance(value, bool) or not isinstance(value, int) or value < 1):
-            msg = f"spout {self.id!r}: {key} must be an int >= 1 or None, got {value!r}"
-            raise TopologyError(msg)
+        _check_component_key(self._kind, self.id, key, value)
         self._builder._conf[self.id][key] = value
         return self
 
@@ -279,12 +292,32 @@ class TopologyBuilder:
                 is_spout=is_spout,
                 inputs=tuple(self._inputs[cid]),
                 streams=MappingProxyType(streams[cid]),
-                conf=MappingProxyType(dict(self._conf[cid])),
+                conf=MappingProxyType(_component_conf(cid, comp, is_spout, self._conf[cid])),
             )
             for cid, (comp, par, is_spout) in self._components.items()
         }
         return StormTopology(MappingProxyType(specs), order, frozenset(self._committers),
                              self._transactional_id)
+
+
+def _component_conf(cid: str, comp: Component, is_spout: bool,
+                    declared: Mapping[str, Any]) -> dict[str, Any]:
+    """The component's ``get_component_configuration()``, then its declarer's keys over it.
+
+    Storm merges the two the same way; each key is checked as ``add_configuration`` checks it.
+    """
+    try:
+        own = comp.get_component_configuration() or {}
+    except Exception as exc:
+        msg = f"{cid!r}: get_component_configuration() raised {type(exc).__name__}: {exc}"
+        raise TopologyError(msg) from exc
+    if not isinstance(own, Mapping):
+        msg = (f"{cid!r}: get_component_configuration() must return a dict or None, got "
+               f"{type(own).__name__}")
+        raise TopologyError(msg)
+    for key, value in own.items():
+        _check_component_key("spout" if is_spout else "bolt", cid, str(key), value)
+    return {**own, **declared}
 
 
 def _is_spout_like(comp: Component) -> bool:

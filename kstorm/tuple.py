@@ -246,6 +246,25 @@ class Tuple:
         return self.message_id
 
 
+TICK_FIELDS = Fields("rate_secs")  # a tick tuple's values: its bolt's period in seconds
+
+
+class TupleUtils:
+    """Storm's ``TupleUtils``: what a received tuple is."""
+
+    @staticmethod
+    def is_tick(tuple_: Tuple) -> bool:
+        """Whether ``tuple_`` is a tick tuple (``topology.tick.tuple.freq.secs``).
+
+        Example:
+            >>> TupleUtils.is_tick(Tuple([5], TICK_FIELDS, "__system", "__tick"))
+            True
+            >>> TupleUtils.is_tick(Tuple(["cat"], Fields("word"), "split", "default"))
+            False
+        """
+        return tuple_.source_component == "__system" and tuple_.source_stream == "__tick"
+
+
 def _typed(t: Tuple, i: int, kind: type | tuple[type, ...]) -> Any:
     value = t.values[i]
     if value is None:

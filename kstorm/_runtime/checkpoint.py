@@ -126,6 +126,24 @@ class CheckpointLayout:
         """Record the task keys (before the query starts)."""
         self.write(self.task_keys_path, json.dumps(keys, sort_keys=True).encode())
 
+    # -- tick tuples ------------------------------------------------------------------------
+
+    @property
+    def ticks_path(self) -> Path:
+        """``ticks.json``."""
+        return self.root / "ticks.json"
+
+    def ticks(self) -> list[str]:
+        """The bolts with tick tuples when the query last started (none recorded: none)."""
+        try:
+            return list(json.loads(self.ticks_path.read_text()))
+        except FileNotFoundError:
+            return []
+
+    def set_ticks(self, bolts: list[str]) -> None:
+        """Record the bolts with tick tuples (before the query starts)."""
+        self.write(self.ticks_path, json.dumps(sorted(bolts)).encode())
+
     # -- files -----------------------------------------------------------------------------
 
     @staticmethod

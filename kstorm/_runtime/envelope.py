@@ -25,10 +25,10 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kstorm._ids import ACKER_COMPONENT, DEAD_LETTER_STREAM
+from kstorm._ids import ACKER_COMPONENT, DEAD_LETTER_STREAM, SYSTEM_COMPONENT
 from kstorm.acking.emits import EmitMsg, SpoutEmit
 from kstorm.errors import SerdeError
-from kstorm.tuple import Fields, Tuple
+from kstorm.tuple import TICK_FIELDS, Fields, Tuple
 
 if TYPE_CHECKING:
     from kstorm.topology import StormTopology
@@ -227,7 +227,7 @@ def envelope_tuples(batch: pa.RecordBatch, topology: StormTopology
     comps = topology.components
     received = Tuple._received
     for task, src, stream, v, meta in zip(tasks, srcs, streams, vals, metas, strict=True):
-        fields = comps[src].streams[stream]
+        fields = TICK_FIELDS if src == SYSTEM_COMPONENT else comps[src].streams[stream]
         values = unpack_values(v)
         if meta is None:
             for tuple_values in values:

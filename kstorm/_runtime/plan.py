@@ -15,7 +15,10 @@ Storm would move tuples between tasks or keep task state:
 - a stateful bolt: a ``transformWithStateInPandas`` operator grouped by ``__task``, so each
   task's :class:`KeyValueState` lives in Spark's state store, versioned by batch id;
 - a windowed bolt: the same, keeping each task's windows, watermark and message-id ledger;
-- a bolt with several inputs: the union of its inputs.
+- a bolt with several inputs: the union of its inputs;
+- a bolt that gets tick tuples (``kstorm/_runtime/ticks.py``): its input is envelope rows
+  and each of its tasks a partition of its own, so its ticks reach the instance its tuples
+  do.
 
 Each stage's input is either the *raw* rows of one spout (typed Arrow columns) or
 *envelope* rows (``ENVELOPE_FIELDS``): the tuple's destination stage and task, its source
@@ -25,6 +28,7 @@ component and stream, and its values pickled into one binary column.
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -72,6 +76,7 @@ class Stage:
     windowed: bool = False             # a user windowed bolt: TWS keeps its windows per task
     envelope_source: bool = False      # a free-form or transactional spout: envelope rows
     batch: bool = False                # a batch bolt (seed 002): one task is one partition
+    tick_secs: float | None = None     # the head bolt's tick period (its tick tuples)
 
     @property
     def keyed(self) -> bool:
@@ -223,8 +228,13 @@ def _upstream_spouts(topology: StormTopology, component: str) -> set[str]:
     return spouts
 
 
-def compile_plan(topology: StormTopology) -> Plan:
-    """Group the topology's components into stages (see the module docstring)."""
+def compile_plan(topology: StormTopology, ticks: Mapping[str, float] | None = None) -> Plan:
+    """Group the topology's components into stages (see the module docstring).
+
+    ``ticks``: the bolts that get tick tuples and their periods
+    (:func:`kstorm._runtime.ticks.tick_periods`).
+    """
+    ticks = ticks or {}
     stages: list[Stage] = []
     stage_of: dict[str, int] = {}
     sinks: list[str] = []
@@ -245,7 +255,8 @@ def compile_plan(topology: StormTopology) -> Plan:
             committed.append(spec.id)
             stage_of[spec.id] = COMMIT
             continue
-        fuse_into = _fusable_stage(spec.inputs, spec.component, stage_of, stages)
+        fuse_into = (None if spec.id in ticks else
+                     _fusable_stage(spec.inputs, spec.component, stage_of, stages))
         if fuse_into is not None:
             stages[fuse_into].bolts.append(spec.id)
             stage_of[spec.id] = fuse_into
@@ -258,7 +269,7 @@ def compile_plan(topology: StormTopology) -> Plan:
                                     "sinks run in the commit phase and emit nothing"
                 )
                 raise TopologyError(msg)
-        raw = _raw_spout_input(inputs, stages)
+        raw = None if spec.id in ticks else _raw_spout_input(inputs, stages)
         native = bool(getattr(spec.component, "is_native_window", False))
         if native:
             _check_native_window(spec.id, inputs, raw, topology, stages)
@@ -268,12 +279,13 @@ def compile_plan(topology: StormTopology) -> Plan:
             bolts=[spec.id],
             inputs=inputs,
             partitioning=_partitioning(spec.inputs, spec.parallelism,
-                                       batch=is_batch_bolt(spec.component)),
+                                       batch=is_batch_bolt(spec.component) or spec.id in ticks),
             stateful=isinstance(spec.component, BaseStatefulBolt),
             raw_spout=raw,
             native_window=native,
             windowed=is_windowed_bolt(spec.component),
             batch=is_batch_bolt(spec.component),
+            tick_secs=ticks.get(spec.id),
         )
         stages.append(stage)
         stage_of[spec.id] = stage.index

@@ -9,6 +9,7 @@ Per stage (see ``kstorm/_runtime/plan.py`` for how bolts are grouped into stages
 2. Its partitioning: fields -> ``__task = pmod(hash, n)`` and a hash partitioning that
    gives each task its own partition (:func:`task_partition_keys`); global -> one
    partition; all -> one row per task; shuffle -> unchanged.
+   A bolt with tick tuples also reads its rows of the tick source (``tick_source.py``).
 3. Its operator: ``mapInArrow`` (stateless) or ``groupBy(task key)
    .transformWithStateInPandas`` (stateful or windowed head bolt; the task keys spread
    the tasks over Spark's partitions: :func:`tws_task_keys`).
@@ -43,6 +44,7 @@ from kstorm._spark.acker import add_ackers, keys_at
 from kstorm._spark.offset_log import next_batch_id
 from kstorm._spark.sources import read_spout
 from kstorm._spark.stage import StageContext, StageRunner, stateful_processor, task_of_key
+from kstorm._spark.tick_source import read_ticks
 from kstorm._spark.windowed import WindowStageRunner
 from kstorm._spark.windowed_bolt import windowed_processor, windowed_spec
 from kstorm.config import TopologyConfig
@@ -80,6 +82,8 @@ def compile_query(spark: SparkSession, topology: StormTopology, plan: Plan, name
     env: dict[int, DataFrame] = {}
     readers = _envelope_readers(plan, topology)
     heads = {s.head for s in plan.stages if not s.is_source}
+    periods = {s.head: s.tick_secs for s in plan.stages if s.tick_secs is not None}
+    ticks = read_ticks(spark, topology, periods) if periods else None  # one source for all
 
     for stage in plan.stages:
         if stage.is_source and stage.envelope_source:
@@ -134,6 +138,8 @@ def compile_query(spark: SparkSession, topology: StormTopology, plan: Plan, name
             frame = _partition_raw(raw[stage.inputs[0][1]], stage, topology)
         else:
             frame = _union_inputs(stage, env, readers, heads)
+            if ticks is not None and stage.tick_secs is not None:
+                frame = frame.unionByName(ticks.where(F.col("__dest") == stage.head))
             frame = _partition_envelope(frame, stage, topology)
         if stage.windowed:
             frame = frame.withColumn(NOW_COLUMN, F.unix_millis(F.current_timestamp()))

@@ -34,6 +34,7 @@ from kstorm._runtime.plan import acking_plan, check_window_timeouts, compile_pla
 from kstorm._runtime.progress import Progress
 from kstorm._runtime.reliability import SpoutReliability, lowest_unacked
 from kstorm._runtime.state_book import StateBook
+from kstorm._runtime.ticks import tick_periods
 from kstorm._spark import overlap, speedups
 from kstorm._spark.batch_rows import foreach_batch
 from kstorm._spark.commit import UNACKED_STATE, CommitPhase, window_state_key
@@ -49,7 +50,7 @@ from kstorm._spark.speedups import planners
 from kstorm._spark.stage import release_instances
 from kstorm._spark.windowed import WindowCommit
 from kstorm.config import Guarantee, TopologyConfig, TriggerMode
-from kstorm.errors import ConfigError, StateError
+from kstorm.errors import ConfigError, StateError, TopologyError
 from kstorm.handle import TopologyHandle
 from kstorm.sink import BaseSink, SinkContext
 from kstorm.topology import StormTopology
@@ -67,7 +68,7 @@ def start(name: str, conf: dict[str, Any], topology: StormTopology) -> TopologyH
     topology = with_connections(topology, settings)
     _check_transactional(topology, settings)
     # Step 2
-    plan = compile_plan(topology)
+    plan = compile_plan(topology, tick_periods(topology, settings.tick_tuple_freq_secs))
     checkpoint = settings.checkpoint_for(topology.transactional_id or name)
     layout = CheckpointLayout(checkpoint)
     _check_checkpoint_writable(checkpoint, settings)
@@ -80,6 +81,29 @@ def start(name: str, conf: dict[str, Any], topology: StormTopology) -> TopologyH
         lock.release(discard=not existed)  # a refused start leaves no checkpoint behind
         raise
     return handle
+
+
+def _check_tick_source(name: str, plan: Any, checkpoint: Path, layout: CheckpointLayout,
+                       sinks: dict[str, Any]) -> None:
+    """Refuse to turn tick tuples on or off over a checkpoint Spark has planned batches in.
+
+    Tick tuples are a Spark source of their own (``tick_source.py``); Spark cannot continue
+    a query whose number of sources changed. Changing which bolts tick, or their periods,
+    keeps the one source and is fine.
+    """
+    ticking = sorted(s.head for s in plan.stages if s.tick_secs is not None)
+    recorded = layout.ticks()
+    if next_batch_id(checkpoint) > 0 and bool(recorded) != bool(ticking):
+        for sink in sinks.values():
+            sink.close()
+        was = f"with tick tuples (bolts {recorded})" if recorded else "without tick tuples"
+        now = f"bolts {ticking} tick" if ticking else "no bolt ticks"
+        msg = (f"topology {name!r}: its checkpoint {checkpoint} was started {was}, and now "
+               f"{now} (topology.tick.tuple.freq.secs): Spark cannot add or remove the "
+               "source that delivers them in a running query")
+        raise TopologyError(msg, hint="put the setting back, or start the topology from a "
+                            "new kstorm.checkpoint.dir")
+    layout.set_ticks(ticking)
 
 
 def _start_locked(name: str, conf: dict[str, Any], topology: StormTopology,
@@ -130,6 +154,7 @@ def _start_locked(name: str, conf: dict[str, Any], topology: StormTopology,
     if resume.from_sink is not None:
         _check_state_survives(name, topology, plan, checkpoint, resume, sinks, settings,
                               existed=existed)
+    _check_tick_source(name, plan, checkpoint, layout, sinks)
     states = _recover_states(name, conf, settings, topology, plan, resume, last_batch,
                              layout.txid_base(), sinks)
     resumed_state = sinks[resume.from_sink].committed_state() if resume.from_sink else {}
