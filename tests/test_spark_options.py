@@ -59,6 +59,50 @@ def test_no_planner_is_stopped_while_another_query_may_be_planning() -> None:
     assert release_planners(spark, (LOOKUP_PLANNER, *QUERY_PLANNERS), ours) == []  # type: ignore[arg-type]
 
 
+def test_no_planner_is_stopped_while_a_start_of_this_process_is_planning() -> None:
+    """Between two of a query's Python data sources (a spout, the tick source) Spark's
+    planner is idle and about to be taken again: stopping it then crashed the query."""
+    from kstorm._spark.speedups import planners
+
+    done = planners.planning()
+    try:
+        assert planners.starts_planning() == 1
+        no_spark = object()  # nothing of the session is read while a start plans
+        assert planners.release_planners(no_spark, planners.QUERY_PLANNERS) == []  # type: ignore[arg-type]
+    finally:
+        done()
+    done()  # (again: nothing)
+    assert planners.starts_planning() == 0
+
+
+def test_the_query_s_planners_are_released_only_once_its_first_batch_finished(
+        monkeypatch) -> None:
+    import threading
+    import time
+    from types import SimpleNamespace
+
+    from kstorm._spark import runner
+    from kstorm._spark.speedups import planners
+
+    events: list[str] = []
+    released = threading.Event()
+
+    def release(spark: object, modules: tuple[str, ...], query: object) -> list[str]:
+        events.append("release")
+        released.set()
+        return list(modules)
+
+    monkeypatch.setattr(planners, "release_planners", release)
+    query = SimpleNamespace(isActive=True, lastProgress=None)
+    runner._release_planners_when_planned("t", object(), query, True, poll_s=0.01,
+                                          planned=lambda: events.append("planned"))
+    time.sleep(0.3)
+    assert events == []  # planning: its sources may still take a planner
+    query.lastProgress = {"batchId": 0}
+    assert released.wait(5)
+    assert events[:2] == ["planned", "release"]
+
+
 def test_python_processes_talk_to_the_jvm_over_unix_domain_sockets() -> None:
     key = "spark.python.unix.domain.socket.enabled"
     assert spark_options(TopologyConfig.from_conf({}))[key] == "true"

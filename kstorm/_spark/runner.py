@@ -183,6 +183,7 @@ def _start_locked(name: str, conf: dict[str, Any], topology: StormTopology,
             check_window_timeouts(topology, acking, lambda spout: settings.spout_max_pending(
                 topology.components[spout].conf))
     spark, restore = session_for(settings, app_name=name)  # restore: once the query started
+    planned = planners.planning()  # no planner is stopped until this query has planned
     try:
         overlapped = overlap.enabled(name, settings, refused, spark.sparkContext.master)
         compiled = compile_query(spark, topology, plan, name, conf, settings, layout,
@@ -226,6 +227,9 @@ def _start_locked(name: str, conf: dict[str, Any], topology: StormTopology,
             if metrics is not None:
                 metrics.close()
             raise
+    except BaseException:
+        planned()
+        raise
     finally:
         restore()
     commit.on_failure = query.stop  # a sink commit that failed after its batch returned
@@ -233,7 +237,7 @@ def _start_locked(name: str, conf: dict[str, Any], topology: StormTopology,
         _watch_missing_topics(name, topology, missing_topics, query)
     _release_planners_when_planned(name, spark, query, settings.release_planners
                                    and speedups.enabled("planners"),
-                                   after=read_planner)
+                                   after=read_planner, planned=planned)
     lock.running = lambda: bool(query.isActive)
 
     def on_stop() -> None:
@@ -382,57 +386,58 @@ MISSING_TOPIC_WARNING_S = 60.0
 
 
 def _release_planners_when_planned(name: str, spark: Any, query: Any, all_planners: bool,
-                                   poll_s: float = 0.1, give_up_s: float = 600.0,
-                                   settle_s: float = 5.0, after: Any = None) -> None:
-    """Stop Spark's Python planner processes as soon as the query is done with each.
+                                   poll_s: float = 0.1, settle_s: float = 5.0,
+                                   after: Any = None, planned: Any = None) -> None:
+    """Stop Spark's Python planner processes once the query has planned.
 
     The lookup planner always, where it ran (once per JVM; a session kstorm started skips
     it: :func:`kstorm._spark.speedups.planners.lookup_skipped`); with
     ``kstorm.spark.release.planners`` (``all_planners``) also the query's own planners,
     which Spark uses until its first batch is planned
-    (:func:`kstorm._spark.speedups.planners.release_planners`). Once the query has planned,
-    a planner whose worker is not back in Spark's idle pool yet is tried again for
-    ``settle_s``. The planners belong to the session, not to one query: within those seconds
-    this thread may also stop planners another topology of the process planned with and kept
+    (:func:`kstorm._spark.speedups.planners.release_planners`). Nothing is stopped before
+    the first batch has finished (or the query ended): a query plans its Python data
+    sources one after the other, and a planner idle between two of them is about to be
+    used again. Then ``planned`` is called (the start registered with
+    :func:`kstorm._spark.speedups.planners.planning`), and a planner whose worker is not
+    back in Spark's idle pool yet is tried again for ``settle_s``. The planners belong to
+    the session, not to one query: within those seconds this thread may also stop planners
+    another topology of the process planned with and kept
     (``kstorm.spark.release.planners: false``); that topology's next start then pays ~1 s
     to start them again, and nothing else changes. ``after``: the thread starting the read
     planner ahead (:func:`kstorm._spark.speedups.planners.start_read_planner`), waited for
-    first (its worker is idle before the query used it).
+    first.
     """
 
+    def has_planned() -> bool:
+        try:
+            return not query.isActive or query.lastProgress is not None  # or ended
+        except Exception:  # noqa: BLE001 - the JVM is gone: nothing plans any more
+            return True
+
     def release() -> None:
+        try:
+            if after is not None:
+                after.join()
+            while not has_planned():
+                time.sleep(poll_s)
+        finally:
+            if planned is not None:
+                planned()
         left = planners.QUERY_PLANNERS if all_planners else ()
         if not planners.lookup_skipped():  # it runs in a session the user started
             left = (planners.LOOKUP_PLANNER, *left)
         stopped: list[str] = []
-        deadline = time.monotonic() + give_up_s
-        settled: float | None = None  # when to stop trying once the query has planned
+        settled = time.monotonic() + settle_s
         failure: Exception | None = None
-        if after is not None:
-            after.join()
-        try:
-            # (an idle read planner may be the last query's)
-            before = planners.planner_activity(spark)
-        except Exception as exc:  # noqa: BLE001 - memory only: the topology runs either way
-            before, failure = {}, exc
-        while left and time.monotonic() < deadline:
+        while left:
             try:
-                planned = not query.isActive or query.lastProgress is not None  # or ended
-                read = planners.PLAN_READ
-                if not planned and read in left and \
-                        planners.planner_activity(spark).get(read) == before.get(read):
-                    ready = tuple(m for m in left if m != read)  # this query's to come
-                else:
-                    ready = left
-                done = planners.release_planners(spark, ready, query)
+                done = planners.release_planners(spark, left, query)
             except Exception as exc:  # noqa: BLE001 - e.g. the JVM's map changed meanwhile
-                planned, done, failure = True, [], exc
+                done, failure = [], exc
             stopped += done
             left = tuple(m for m in left if m not in done)
-            if planned:
-                settled = settled or time.monotonic() + settle_s
-                if time.monotonic() >= settled:
-                    break
+            if time.monotonic() >= settled:
+                break
             time.sleep(poll_s)
         if left and failure is not None:
             log.info("topology %r: Spark's idle Python planner processes were not stopped "

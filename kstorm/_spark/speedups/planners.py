@@ -7,7 +7,8 @@ through Spark's private members (``SparkEnv.pythonWorkers`` and
 ``SparkEnv``'s worker-factory methods through method handles; the test hook
 ``DataSourceManager.dataSourceBuilders_$eq``):
 
-* :func:`release_planners` stops the idle ones once the query is done with them;
+* :func:`release_planners` stops the idle ones once the query is done with them, and never
+  while a start of this process is planning (:func:`planning`);
 * :func:`start_read_planner` starts the read planner alongside the first, off the path to
   the first result;
 * :func:`skip_installed_data_source_lookup` spares a session kstorm started Spark's lookup
@@ -20,9 +21,11 @@ an error there is an INFO or DEBUG line and Spark plans as it would, never a fai
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from pyspark.sql import SparkSession
@@ -40,6 +43,42 @@ QUERY_PLANNERS = (CREATE_SOURCE, PLAN_READ)
 _LAST_ACTIVITY = "org$apache$spark$api$python$PythonWorkerFactory$$lastActivityNs"
 
 
+# The starts of this process whose query has not planned yet (:func:`planning`). Taken also
+# while planners are stopped, so that no start plans with a planner being stopped.
+_starts_lock = threading.Lock()
+_starting: set[int] = set()
+_tokens = itertools.count()
+
+
+def planning() -> Callable[[], None]:
+    """Hold back :func:`release_planners` while a start of this process plans its query.
+
+    A query's Python data sources (every spout, the tick source) are planned one after the
+    other, each by a planner worker taken from Spark's idle pool and given back: between two
+    sources the planner is idle, and stopping it then kills the worker the next source is
+    about to take ("Python worker exited unexpectedly"). Spark gives no atomic way to take
+    an idle planner out of use, so no planner is stopped while any start is registered here.
+
+    Returns the call that ends the registration (once the query has planned: its first
+    batch finished or the query ended; or the start failed). Calling it again does nothing.
+    """
+    with _starts_lock:
+        token = next(_tokens)
+        _starting.add(token)
+
+    def done() -> None:
+        with _starts_lock:
+            _starting.discard(token)
+
+    return done
+
+
+def starts_planning() -> int:
+    """How many starts of this process are planning their query (:func:`planning`)."""
+    with _starts_lock:
+        return len(_starting)
+
+
 def release_planners(spark: SparkSession, modules: tuple[str, ...], query: Any = None
                      ) -> list[str]:
     """Stop Spark's idle Python data-source planner processes of ``modules``; returns those.
@@ -48,24 +87,27 @@ def release_planners(spark: SparkSession, modules: tuple[str, ...], query: Any =
     daemon and one worker per planner module, and keeps them for the life of the JVM
     (~200-350 MiB of resident memory together). The lookup planner runs once per JVM; the
     others again when a query starts, and Spark starts them anew if they are gone (~1 s).
-    Only a planner that exists with all its workers idle is stopped, and none while another
-    query of this session than ``query`` has not finished its first batch (it may be
-    planning).
+    Only a planner that exists with all its workers idle is stopped, and none while a start
+    of this process is planning (:func:`planning`) or another query of this session than
+    ``query`` has not finished its first batch (it may be planning).
     """
     own = None if query is None else query.id
-    if any(q.id != own and q.lastProgress is None for q in spark.streams.active):
-        return []
-    factories, found = _planner_factories(spark, modules)
-    workers = _daemon_workers(spark)
-    stopped = []
-    for key, factory in found:
-        idle = factory.idleWorkers().size()
-        if idle == 0 or workers.get(factory).size() > idle:
-            continue  # planning now, or not yet
-        factories.remove(key)  # a planner started from now on gets a new factory
-        factory.stop()
-        stopped.append(key.workerModule())
-    return stopped
+    with _starts_lock:  # (a start now waits until these are stopped, then plans anew)
+        if _starting:
+            return []
+        if any(q.id != own and q.lastProgress is None for q in spark.streams.active):
+            return []
+        factories, found = _planner_factories(spark, modules)
+        workers = _daemon_workers(spark)
+        stopped = []
+        for key, factory in found:
+            idle = factory.idleWorkers().size()
+            if idle == 0 or workers.get(factory).size() > idle:
+                continue  # in use, or not yet
+            factories.remove(key)  # a planner started from now on gets a new factory
+            factory.stop()
+            stopped.append(key.workerModule())
+        return stopped
 
 
 def start_read_planner(spark: SparkSession, wait_s: float = 60.0, poll_s: float = 0.02,
