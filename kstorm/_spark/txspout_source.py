@@ -161,8 +161,9 @@ class TxSpoutStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Plan the next transaction (see the module docstring), or ``start`` for none."""
         seq = int(start["seq"])
         txid = self.spec.txid_base + next_batch_id(Path(self.spec.checkpoint))
-        planned = self._planner_here().plan(start, txid, self._planning_attempt + seq,
-                                            last=self._last_metas(start))
+        planner = self._planner_here()
+        last = None if planner.kind == "coordinated" else self._last_metas(start)
+        planned = planner.plan(start, txid, self._planning_attempt + seq, last=last)
         if planned is None:
             return start
         end, kept = planned
@@ -171,9 +172,10 @@ class TxSpoutStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return end
 
     def _last_metas(self, start: dict) -> dict[int, Any]:
-        """Each partition's metadata after the previous transaction.
+        """Each partition's metadata after the previous transaction (partitioned, opaque).
 
-        That is the previous end offset's, unless a replay of it (an opaque spout's) emitted
+        A coordinated spout's planning needs none (and so reads no file per trigger). That is
+        the previous end offset's, unless a replay of it (an opaque spout's) emitted
         differently: then the commit phase recorded what the replay returned.
         """
         metas = last_metas(start)
