@@ -17,7 +17,9 @@ Components (importable by Spark's Python workers, so defined here and not in a t
 
 The runner, ``python -m tx_topology``, runs the global count over a
 ``MemoryTransactionalSpout`` (``--spout memory``, data from :func:`memory_data`) or a
-``KafkaSpout`` (``--spout kafka``) into Redis with the continuous trigger and small
+``KafkaSpout`` (``--spout kafka``) or a coordinated :class:`RangeSpout` with two emitter
+tasks (``--spout range``, words from :func:`range_words`, its journal beside the
+checkpoint) into Redis with the continuous trigger and small
 batches, and exits 0 once everything was counted (the stored count equals the expected
 total; 2 if it passes it). The kill tests SIGKILL it and start it again.
 """
@@ -224,10 +226,20 @@ def global_count(spout: Any, redis_url: str, prefix: str, *, topology_id: str = 
 # -- the runner ------------------------------------------------------------------------------
 
 
+def range_words(rows: int) -> list[str]:
+    """Deterministic words for the coordinated :class:`RangeSpout` (``--spout range``)."""
+    return [f"w{(i * 31) % 97}" for i in range(rows)]
+
+
 def _spout(args: argparse.Namespace) -> Any:
     if args.spout == "memory":
         return MemoryTransactionalSpout(memory_data(args.rows), Fields("word"),
                                         args.max_per_partition)
+    if args.spout == "range":
+        journal = Path(args.checkpoint).parent / f"{args.name}-journal"
+        journal.mkdir(parents=True, exist_ok=True)
+        return RangeSpout(range_words(args.rows), args.max_per_partition * PARTITIONS,
+                          str(journal))
     from kstorm import KafkaSpout
     from serdes import StringSerde
 
@@ -239,6 +251,8 @@ def expected_total(args: argparse.Namespace) -> int:
     """How many tuples the spout emits in all."""
     if args.spout == "memory":
         return sum(len(rows) for rows in memory_data(args.rows).values())
+    if args.spout == "range":
+        return len(range_words(args.rows))
     return args.expected
 
 
@@ -255,7 +269,8 @@ def run(args: argparse.Namespace) -> int:
             "kstorm.spark.master": "local[2]", "kstorm.shuffle.partitions": 2}
     if args.bootstrap:
         conf["kafka.bootstrap.servers"] = args.bootstrap
-    topology = global_count(_spout(args), args.redis_url, args.name, topology_id=args.name)
+    topology = global_count(_spout(args), args.redis_url, args.name, topology_id=args.name,
+                            spout_tasks=2 if args.spout == "range" else 1)
     handle = submit_topology(args.name, conf, topology)
     client = redis.Redis.from_url(args.redis_url)
     deadline = time.monotonic() + args.timeout
@@ -281,9 +296,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m tx_topology --spout memory|kafka --redis-url U --checkpoint D --name N``."""
+    """``python -m tx_topology --spout memory|kafka|range --redis-url U --checkpoint D``..."""
     parser = argparse.ArgumentParser(prog="tx_topology")
-    parser.add_argument("--spout", choices=("memory", "kafka"), default="memory")
+    parser.add_argument("--spout", choices=("memory", "kafka", "range"), default="memory")
     parser.add_argument("--redis-url", required=True)
     parser.add_argument("--checkpoint", required=True)
     parser.add_argument("--name", required=True)
