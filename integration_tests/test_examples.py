@@ -79,3 +79,24 @@ def test_transactional_word_count_example_updates_both_stores_exactly(
     monkeypatch.setenv("KSTORM_BOOTSTRAP_SERVERS", kafka.bootstrap_servers)
     assert example.main() == 0
     assert "per word exact, per length exact" in capsys.readouterr().out
+
+
+def test_storm_s_stateful_windowing_example_sums_the_same_windows_on_spark(
+        spark: Any, tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    """The port of storm-starter's StatefulWindowingTopology on Spark: the running sums of
+    its Count(5)-every-Count(3) windows, as the test driver and Storm compute them."""
+    from examples.storm_windowing import stateful_windowing
+
+    n = 61
+    handle = submit_topology("storm-stateful-windowing", {
+        "kstorm.trigger": "available-now", "kstorm.checkpoint.dir": str(tmp_path / "c")},
+        stateful_windowing(limit=n, seed=11, sleep_ms=0))
+    assert handle.await_termination(300)
+    rand = random.Random(11)
+    values = [rand.randrange(1000) for _ in range(n)]
+    expected, running = [], 0
+    for end in range(3, n + 1, 3):
+        running += sum(values[max(0, end - 5):end])
+        expected.append(str(running))
+    printed = [line for line in capsys.readouterr().out.splitlines() if line.isdigit()]
+    assert printed == expected
