@@ -7,10 +7,24 @@
 - :func:`topology`: a ``KafkaSpout`` of words -> both bolts (fields grouping, 2 tasks, a
   1 s tick) -> exactly-once ``RedisSink``s adding the counts under ``<prefix>:plain:<word>``
   and ``<prefix>:state:<word>``, and the ticks under ``<prefix>:ticks:<bolt>:<task>``.
+- :func:`kill_topology` and the killable runner, for the tick kill test: a ``KafkaSpout``
+  of words (small batches) -> :class:`StatefulRollingCount` (2 tasks, fields grouping, a
+  1 s tick, its state on the ``redis`` provider in the sink's database, so it outlives a
+  deleted checkpoint) -> an exactly-once ``RedisSink`` (id ``store``) adding the counts
+  under ``<name>:count:<word>``. The continuous trigger; the run exits 0 once the stored
+  counts add up to ``--expected``, 2 if they pass it, 1 if the topology stopped, 3 on
+  timeout:
+
+    python -m tick_topology --topic T --bootstrap B --redis-url U --checkpoint D \\
+        --name N --expected K [--timeout S]
 """
 
 from __future__ import annotations
 
+import argparse
+import logging
+import sys
+import time
 from collections import Counter
 from typing import Any
 
@@ -25,6 +39,10 @@ from kstorm import (
 )
 from serdes import StringSerde
 from sinks.redis import RedisConfig, RedisSink
+
+log = logging.getLogger("tick_topology")
+SINK_ID = "store"
+EXIT_PASSED, EXIT_STOPPED, EXIT_TIMEOUT = 2, 1, 3
 
 
 class RollingCount(BaseRichBolt):
@@ -88,3 +106,77 @@ def topology(topic: str, redis_url: str, prefix: str, tick_secs: float = 1.0) ->
                                               value="n", merge="add")
                    ).shuffle_grouping(name, "ticks")
     return b.create_topology()
+
+
+def kill_topology(topic: str, redis_url: str, name: str, max_per_batch: int = 40) -> Any:
+    """The kill test's topology (module docstring)."""
+    b = TopologyBuilder()
+    b.set_spout("words", KafkaSpout(topic, value_serde=StringSerde(field="word"),
+                                    max_offsets_per_batch=max_per_batch))
+    b.set_bolt("rolling", StatefulRollingCount(), 2).fields_grouping(
+        "words", Fields("word")).add_configuration(Config.TOPOLOGY_TICK_TUPLE_FREQ_SECS, 1)
+    b.set_bolt(SINK_ID, RedisSink(RedisConfig.from_url(redis_url), key=f"{name}:count:{{word}}",
+                                  value="count", merge="add")).shuffle_grouping("rolling")
+    return b.create_topology()
+
+
+def stored_total(client: Any, name: str) -> int:
+    """The sum of the counts stored under ``<name>:count:*``."""
+    return sum(int(client.get(key) or 0) for key in client.scan_iter(f"{name}:count:*"))
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run until the stored counts add up to ``--expected`` (0), or pass it (2)."""
+    import redis
+    from tick_topology import kill_topology  # its bolt a class the workers import, not __main__'s
+    from wc_topology import provider_conf
+
+    from kstorm import submit_topology
+    from kstorm.errors import KstormError
+
+    conf = {"kafka.bootstrap.servers": args.bootstrap, "kstorm.checkpoint.dir": args.checkpoint,
+            "kstorm.trigger": "continuous", "kstorm.trigger.interval.ms": 100,
+            "kstorm.spark.master": "local[2]", "kstorm.shuffle.partitions": 2,
+            **provider_conf("redis", args.redis_url)}
+    handle = submit_topology(args.name, conf, kill_topology(args.topic, args.redis_url,
+                                                            args.name))
+    client = redis.Redis.from_url(args.redis_url, socket_timeout=5)
+    deadline = time.monotonic() + args.timeout
+    while time.monotonic() < deadline:
+        if not handle.is_active:
+            try:
+                handle.await_termination(0)
+            except KstormError as exc:
+                log.error("ticks: topology failed: %s", exc)
+            return EXIT_STOPPED
+        try:
+            total = stored_total(client, args.name)
+        except redis.RedisError:
+            time.sleep(0.5)
+            continue
+        if total >= args.expected:
+            log.info("ticks: counted %s of %s", total, args.expected)
+            handle.stop()
+            return 0 if total == args.expected else EXIT_PASSED
+        time.sleep(0.1)
+    log.error("ticks: counted %s of %s within %ss", stored_total(client, args.name),
+              args.expected, args.timeout)
+    handle.stop()
+    return EXIT_TIMEOUT
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line (module docstring)."""
+    parser = argparse.ArgumentParser(prog="tick_topology")
+    for flag in ("--topic", "--bootstrap", "--redis-url", "--checkpoint", "--name"):
+        parser.add_argument(flag, required=True)
+    parser.add_argument("--expected", type=int, required=True, help="words in --topic")
+    parser.add_argument("--timeout", type=float, default=240.0)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    return run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
