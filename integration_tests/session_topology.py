@@ -35,9 +35,10 @@ import json
 import logging
 import random
 import sys
-import time
 from dataclasses import dataclass
 from typing import Any
+
+from _runner import EXIT_DONE, EXIT_PASSED, watch
 
 from kstorm import BaseBasicBolt, BaseWindowedBolt, Fields, KafkaSpout, TopologyBuilder
 from kstorm.windowing import Duration
@@ -51,7 +52,6 @@ USERS = tuple(f"u{i}" for i in range(6))
 T0_MS = 1_700_000_000_000
 FAR_MS = T0_MS + 10**9  # the closing clicks: far past every real session's end
 MAX_PER_BATCH = 36  # shared fairly by the 2 partitions: 18 clicks of each a batch
-EXIT_PASSED, EXIT_STOPPED, EXIT_TIMEOUT = 2, 1, 3
 
 log = logging.getLogger("session_topology")
 
@@ -171,7 +171,6 @@ def run(args: argparse.Namespace) -> int:
     from wc_topology import provider_conf
 
     from kstorm import submit_topology
-    from kstorm.errors import KstormError
 
     conf = {"kafka.bootstrap.servers": args.bootstrap, "kstorm.checkpoint.dir": args.checkpoint,
             "kstorm.trigger": "continuous", "kstorm.trigger.interval.ms": 100,
@@ -180,34 +179,15 @@ def run(args: argparse.Namespace) -> int:
     handle = submit_topology(args.name, conf, kill_topology(args.topic, args.redis_url,
                                                             args.name))
     client = redis.Redis.from_url(args.redis_url, socket_timeout=5)
-    deadline = time.monotonic() + args.timeout
-    counts = (0, 0)
-    while time.monotonic() < deadline:
-        if not handle.is_active:
-            try:
-                handle.await_termination(0)
-            except KstormError as exc:
-                log.error("sessions: topology failed: %s", exc)
-            return EXIT_STOPPED
-        try:
-            counts = stored_counts(client, args.name)
-        except redis.RedisError:
-            time.sleep(0.5)
-            continue
+
+    def stored() -> int | None:
+        counts = stored_counts(client, args.name)
         if max(counts) > args.expected:
             log.error("sessions: %s stored, %s emitted, of %s", *counts, args.expected)
-            handle.stop()
             return EXIT_PASSED
-        if counts == (args.expected, args.expected):
-            log.info("sessions: all %s stored; progress %s", args.expected,
-                     handle.progress.get("components"))
-            handle.stop()
-            return 0
-        time.sleep(0.1)
-    log.error("sessions: %s stored, %s emitted, of %s within %ss", *counts, args.expected,
-              args.timeout)
-    handle.stop()
-    return EXIT_TIMEOUT
+        return EXIT_DONE if counts == (args.expected, args.expected) else None
+
+    return watch(handle, "sessions", stored, args.timeout, retry_on=(redis.RedisError,))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -17,9 +17,10 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-import time
 from pathlib import Path
 from typing import Any
+
+from _runner import EXIT_DONE, watch
 
 log = logging.getLogger("spout_topology")
 KEYS = 7
@@ -47,29 +48,14 @@ def build_topology(args: argparse.Namespace) -> Any:
 def run(args: argparse.Namespace) -> int:
     """Run until the spout's acked position reaches ``count``; 0 on success."""
     from kstorm import submit_topology
-    from kstorm.errors import KstormError
 
     conf = {"kstorm.checkpoint.dir": args.checkpoint, "kstorm.trigger": "continuous",
             "kstorm.trigger.interval.ms": 100, "kstorm.spark.master": "local[2]",
             "kstorm.shuffle.partitions": 2, "kstorm.spout.max.batch.tuples": args.per_batch}
     handle = submit_topology(args.name, conf, build_topology(args))
     cursor = Path(args.state_dir) / "cursor"
-    deadline = time.monotonic() + args.timeout
-    while time.monotonic() < deadline:
-        if not handle.is_active:
-            try:
-                handle.await_termination(0)
-            except KstormError as exc:
-                log.error("spout topology failed: %s", exc)
-            return 1
-        if cursor.exists() and cursor.read_text() == str(args.count):
-            log.info("all %s acked; progress %s", args.count, handle.progress.get("components"))
-            handle.stop()
-            return 0
-        time.sleep(0.1)
-    log.error("not done within %ss", args.timeout)
-    handle.stop()
-    return 3
+    return watch(handle, "spout topology", lambda: EXIT_DONE if cursor.exists()
+                 and cursor.read_text() == str(args.count) else None, args.timeout)
 
 
 def main(argv: list[str] | None = None) -> int:

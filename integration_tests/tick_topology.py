@@ -24,9 +24,10 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-import time
 from collections import Counter
 from typing import Any
+
+from _runner import count_reached, watch
 
 from kstorm import (
     BaseRichBolt,
@@ -42,7 +43,6 @@ from sinks.redis import RedisConfig, RedisSink
 
 log = logging.getLogger("tick_topology")
 SINK_ID = "store"
-EXIT_PASSED, EXIT_STOPPED, EXIT_TIMEOUT = 2, 1, 3
 
 
 class RollingCount(BaseRichBolt):
@@ -132,7 +132,6 @@ def run(args: argparse.Namespace) -> int:
     from wc_topology import provider_conf
 
     from kstorm import submit_topology
-    from kstorm.errors import KstormError
 
     conf = {"kafka.bootstrap.servers": args.bootstrap, "kstorm.checkpoint.dir": args.checkpoint,
             "kstorm.trigger": "continuous", "kstorm.trigger.interval.ms": 100,
@@ -141,28 +140,9 @@ def run(args: argparse.Namespace) -> int:
     handle = submit_topology(args.name, conf, kill_topology(args.topic, args.redis_url,
                                                             args.name))
     client = redis.Redis.from_url(args.redis_url, socket_timeout=5)
-    deadline = time.monotonic() + args.timeout
-    while time.monotonic() < deadline:
-        if not handle.is_active:
-            try:
-                handle.await_termination(0)
-            except KstormError as exc:
-                log.error("ticks: topology failed: %s", exc)
-            return EXIT_STOPPED
-        try:
-            total = stored_total(client, args.name)
-        except redis.RedisError:
-            time.sleep(0.5)
-            continue
-        if total >= args.expected:
-            log.info("ticks: counted %s of %s", total, args.expected)
-            handle.stop()
-            return 0 if total == args.expected else EXIT_PASSED
-        time.sleep(0.1)
-    log.error("ticks: counted %s of %s within %ss", stored_total(client, args.name),
-              args.expected, args.timeout)
-    handle.stop()
-    return EXIT_TIMEOUT
+    return watch(handle, "ticks", lambda: count_reached(stored_total(client, args.name),
+                                                         args.expected),
+                 args.timeout, retry_on=(redis.RedisError,))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -30,9 +30,10 @@ import argparse
 import logging
 import os
 import sys
-import time
 from pathlib import Path
 from typing import Any, ClassVar
+
+from _runner import count_reached, watch
 
 from kstorm import Fields
 from kstorm.errors import FailedException
@@ -261,7 +262,6 @@ def run(args: argparse.Namespace) -> int:
     import redis
 
     from kstorm import submit_topology
-    from kstorm.errors import KstormError
 
     expected = expected_total(args)
     conf = {"kstorm.checkpoint.dir": args.checkpoint,
@@ -273,26 +273,12 @@ def run(args: argparse.Namespace) -> int:
                             spout_tasks=2 if args.spout == "range" else 1)
     handle = submit_topology(args.name, conf, topology)
     client = redis.Redis.from_url(args.redis_url)
-    deadline = time.monotonic() + args.timeout
-    while time.monotonic() < deadline:
-        if not handle.is_active:
-            try:
-                handle.await_termination(0)
-            except KstormError as exc:
-                log.error("tx: topology failed: %s", exc)
-            return 1
-        try:
-            raw = client.get(f"{args.name}:{GLOBAL_KEY}")
-        except redis.RedisError:
-            raw = None
-        total = 0 if raw is None else int(raw)
-        if total >= expected:
-            log.info("tx: counted %s of %s", total, expected)
-            handle.stop()
-            return 0 if total == expected else 2
-        time.sleep(0.1)
-    handle.stop()
-    return 3
+
+    def counted() -> int | None:
+        raw = client.get(f"{args.name}:{GLOBAL_KEY}")
+        return count_reached(0 if raw is None else int(raw), expected)
+
+    return watch(handle, "tx", counted, args.timeout, retry_on=(redis.RedisError,))
 
 
 def main(argv: list[str] | None = None) -> int:

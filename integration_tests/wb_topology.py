@@ -28,10 +28,10 @@ import argparse
 import logging
 import random
 import sys
-import time
 from typing import Any
 
-from eo_topology import EXIT_TIMEOUT, Event, topic_ends
+from _runner import EXIT_DONE, watch
+from eo_topology import Event, topic_ends
 from wc_topology import provider_conf
 
 WINDOW_MS = 1_000
@@ -91,7 +91,6 @@ def build_topology(topic: str, redis_url: str, prefix: str, *, mode: str,
 def run(args: argparse.Namespace) -> int:
     """Run until both sinks have committed the topic's end offsets; 0 on success."""
     from kstorm import submit_topology
-    from kstorm.errors import KstormError
 
     ends = topic_ends(args.bootstrap, args.topic)
     conf = {"kafka.bootstrap.servers": args.bootstrap,
@@ -103,29 +102,12 @@ def run(args: argparse.Namespace) -> int:
                               mode=args.mode, max_per_batch=args.max_per_batch,
                               persistent=args.persistent)
     handle = submit_topology(args.name, conf, topology)
-    deadline = time.monotonic() + args.timeout
-    while time.monotonic() < deadline:
-        if not handle.is_active:
-            try:
-                handle.await_termination(0)
-            except KstormError as exc:
-                log.error("wb: topology failed: %s", exc)
-                return 1
-            return 1
-        try:
-            records = [handle.sinks[s].committed() for s in SINKS]
-        except KstormError as exc:
-            log.warning("wb: cannot read the sink records yet: %s", exc)
-            time.sleep(0.5)
-            continue
-        if all(r.offsets.get(args.topic) == ends for r in records):
-            log.info("wb: drained; progress %s", handle.progress.get("components"))
-            handle.stop()
-            return 0
-        time.sleep(0.1)
-    log.error("wb: not drained within %ss", args.timeout)
-    handle.stop()
-    return EXIT_TIMEOUT
+
+    def drained() -> int | None:
+        records = [handle.sinks[s].committed() for s in SINKS]
+        return EXIT_DONE if all(r.offsets.get(args.topic) == ends for r in records) else None
+
+    return watch(handle, "wb", drained, args.timeout)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -15,11 +15,11 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-import time
 from typing import Any
 from urllib.parse import urlparse
 
-from eo_topology import EXIT_TIMEOUT, topic_ends
+from _runner import EXIT_DONE, watch
+from eo_topology import topic_ends
 from topologies import SplitSentence, WordCount
 
 log = logging.getLogger("wc_topology")
@@ -74,25 +74,8 @@ def run(args: argparse.Namespace) -> int:
         log.error("wc: refused: %s", exc)
         return 4
     sink = handle.sinks[SINK_ID]
-    deadline = time.monotonic() + args.timeout
-    while time.monotonic() < deadline:
-        if not handle.is_active:
-            try:
-                handle.await_termination(0)
-            except KstormError as exc:
-                log.error("wc: topology failed: %s", exc)
-            return 1
-        try:
-            record = sink.committed()
-        except KstormError:
-            time.sleep(0.5)
-            continue
-        if record.offsets.get(args.topic) == ends:
-            handle.stop()
-            return 0
-        time.sleep(0.1)
-    handle.stop()
-    return EXIT_TIMEOUT
+    return watch(handle, "wc", lambda: EXIT_DONE if sink.committed().offsets.get(args.topic)
+                 == ends else None, args.timeout)
 
 
 def main(argv: list[str] | None = None) -> int:
