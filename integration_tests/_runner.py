@@ -8,7 +8,9 @@ or :data:`EXIT_TIMEOUT`. The kill tests (``_runs.py``) read these codes.
 
 from __future__ import annotations
 
+import argparse
 import logging
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -61,3 +63,27 @@ def count_reached(total: int, expected: int) -> int | None:
         return None
     log.info("counted %s of %s", total, expected)
     return EXIT_DONE if total == expected else EXIT_PASSED
+
+
+def arguments(prog: str) -> argparse.ArgumentParser:
+    """A Kafka runner's command line: the five flags every one takes, and ``--timeout``."""
+    parser = argparse.ArgumentParser(prog=prog)
+    for flag in ("--bootstrap", "--redis-url", "--topic", "--checkpoint", "--name"):
+        parser.add_argument(flag, required=True)
+    parser.add_argument("--timeout", type=float, default=240.0)
+    return parser
+
+
+def parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """The arguments, with INFO logging to stderr (the kill tests keep each run's log)."""
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    return args
+
+
+def kafka_conf(args: argparse.Namespace, **more: Any) -> dict[str, Any]:
+    """The runners' topology conf: small continuous batches on ``local[2]``."""
+    return {"kafka.bootstrap.servers": args.bootstrap, "kstorm.checkpoint.dir": args.checkpoint,
+            "kstorm.trigger": "continuous", "kstorm.trigger.interval.ms": 100,
+            "kstorm.spark.master": "local[2]", "kstorm.shuffle.partitions": 2, **more}

@@ -38,7 +38,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from _runner import EXIT_DONE, EXIT_PASSED, watch
+from _runner import EXIT_DONE, EXIT_PASSED, arguments, kafka_conf, parse, watch
 
 from kstorm import BaseBasicBolt, BaseWindowedBolt, Fields, KafkaSpout, TopologyBuilder
 from kstorm.windowing import Duration
@@ -172,10 +172,7 @@ def run(args: argparse.Namespace) -> int:
 
     from kstorm import submit_topology
 
-    conf = {"kafka.bootstrap.servers": args.bootstrap, "kstorm.checkpoint.dir": args.checkpoint,
-            "kstorm.trigger": "continuous", "kstorm.trigger.interval.ms": 100,
-            "kstorm.spark.master": "local[2]", "kstorm.shuffle.partitions": 2,
-            **provider_conf(args.provider, args.redis_url)}
+    conf = kafka_conf(args, **provider_conf(args.provider, args.redis_url))
     handle = submit_topology(args.name, conf, kill_topology(args.topic, args.redis_url,
                                                             args.name))
     client = redis.Redis.from_url(args.redis_url, socket_timeout=5)
@@ -192,16 +189,10 @@ def run(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Command line (module docstring)."""
-    parser = argparse.ArgumentParser(prog="session_topology")
-    for flag in ("--bootstrap", "--redis-url", "--topic", "--checkpoint", "--name"):
-        parser.add_argument(flag, required=True)
+    parser = arguments("session_topology")
     parser.add_argument("--expected", type=int, required=True, help="sessions to store")
     parser.add_argument("--provider", default="redis", choices=("spark", "redis"))
-    parser.add_argument("--timeout", type=float, default=240.0)
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    return run(args)
+    return run(parse(parser, argv))
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ import sys
 from collections import Counter
 from typing import Any
 
-from _runner import count_reached, watch
+from _runner import arguments, count_reached, kafka_conf, parse, watch
 
 from kstorm import (
     BaseRichBolt,
@@ -133,10 +133,7 @@ def run(args: argparse.Namespace) -> int:
 
     from kstorm import submit_topology
 
-    conf = {"kafka.bootstrap.servers": args.bootstrap, "kstorm.checkpoint.dir": args.checkpoint,
-            "kstorm.trigger": "continuous", "kstorm.trigger.interval.ms": 100,
-            "kstorm.spark.master": "local[2]", "kstorm.shuffle.partitions": 2,
-            **provider_conf("redis", args.redis_url)}
+    conf = kafka_conf(args, **provider_conf("redis", args.redis_url))
     handle = submit_topology(args.name, conf, kill_topology(args.topic, args.redis_url,
                                                             args.name))
     client = redis.Redis.from_url(args.redis_url, socket_timeout=5)
@@ -147,15 +144,9 @@ def run(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Command line (module docstring)."""
-    parser = argparse.ArgumentParser(prog="tick_topology")
-    for flag in ("--topic", "--bootstrap", "--redis-url", "--checkpoint", "--name"):
-        parser.add_argument(flag, required=True)
+    parser = arguments("tick_topology")
     parser.add_argument("--expected", type=int, required=True, help="words in --topic")
-    parser.add_argument("--timeout", type=float, default=240.0)
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    return run(args)
+    return run(parse(parser, argv))
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ import sys
 from typing import Any
 from urllib.parse import urlparse
 
-from _runner import EXIT_DONE, watch
+from _runner import EXIT_DONE, arguments, kafka_conf, parse, watch
 from eo_topology import topic_ends
 from topologies import SplitSentence, WordCount
 
@@ -63,10 +63,7 @@ def run(args: argparse.Namespace) -> int:
     from kstorm.errors import KstormError
 
     ends = topic_ends(args.bootstrap, args.topic)
-    conf = {"kafka.bootstrap.servers": args.bootstrap, "kstorm.checkpoint.dir": args.checkpoint,
-            "kstorm.trigger": "continuous", "kstorm.trigger.interval.ms": 100,
-            "kstorm.spark.master": "local[2]", "kstorm.shuffle.partitions": 2,
-            **provider_conf(args.provider, args.redis_url)}
+    conf = kafka_conf(args, **provider_conf(args.provider, args.redis_url))
     try:
         handle = submit_topology(args.name, conf, build_topology(args.topic, args.redis_url,
                                                                  args.name))
@@ -80,16 +77,10 @@ def run(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Command line (module docstring)."""
-    parser = argparse.ArgumentParser(prog="wc_topology")
-    for flag in ("--bootstrap", "--redis-url", "--topic", "--checkpoint", "--name"):
-        parser.add_argument(flag, required=True)
+    parser = arguments("wc_topology")
     parser.add_argument("--provider", choices=("spark", "redis", "redis-db1"),
                         default="redis")
-    parser.add_argument("--timeout", type=float, default=240.0)
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    return run(args)
+    return run(parse(parser, argv))
 
 
 if __name__ == "__main__":
