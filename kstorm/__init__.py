@@ -88,6 +88,8 @@ _WHERE = {
     # kstorm.windowing.bolt
     "BaseStatefulWindowedBolt": "kstorm.windowing.bolt",
     "BaseWindowedBolt": "kstorm.windowing.bolt",
+    # kstorm.windowing.join
+    "JoinBolt": "kstorm.windowing.join",
 }
 
 __all__ = [
@@ -118,6 +120,7 @@ __all__ = [
     "Fields",
     "Guarantee",
     "InMemoryKeyValueState",
+    "JoinBolt",
     "KafkaConnection",
     "KafkaSpout",
     "KeyValueState",
@@ -224,3 +227,4 @@ if _typing.TYPE_CHECKING:  # what type checkers and IDEs see: the eager imports
     )
     from kstorm.tuple import Fields, Tuple, TupleUtils, Values
     from kstorm.windowing.bolt import BaseStatefulWindowedBolt, BaseWindowedBolt
+    from kstorm.windowing.join import JoinBolt

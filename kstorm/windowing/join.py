@@ -1,0 +1,261 @@
+"""``JoinBolt``: Storm 2's windowed join of streams, in snake_case.
+
+A windowed bolt (so lag, watermarks, late-tuple streams, replays and exactly-once sinks
+apply as to any windowed bolt) that joins the tuples of each window by key, as Storm's
+``org.apache.storm.bolt.JoinBolt`` does:
+
+- ``JoinBolt("spout1", "id")`` (or ``JoinBolt(JoinBolt.Selector.STREAM, "stream1", "id")``)
+  names the first input, told apart by source component (default) or by stream, and its key;
+- ``.join(new, field, prior)`` adds an inner join of input ``new`` on ``new.field =
+  prior's key``, ``.left_join(...)`` a left join (a row of the inputs so far with no match in
+  ``new`` is kept, its ``new`` fields ``None``);
+- ``.select("id, name, spout2:dept")`` chooses the output fields: ``field``, ``input:field``
+  or a nested ``field.key`` (a dict lookup); the output field names are the descriptors
+  without the ``input:`` part;
+- ``.with_output_stream(name)``, and the window shapes of every windowed bolt
+  (``with_tumbling_window``, ``with_window``, ``with_timestamp_field``, ``with_lag``, ...).
+
+Each window is joined on its own (a hash join: the first input probes, the others are
+hashed by their keys, joined in the order they were added). A result is anchored to the
+tuples it joined. As in Storm, the bolt's tasks must get each key's tuples of every input:
+group every input by its join field (``fields_grouping("spout1", Fields("id"))``, ...).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kstorm.component import TopologyContext
+from kstorm.errors import TopologyError
+from kstorm.tuple import Fields, Tuple
+from kstorm.windowing.bolt import BaseWindowedBolt
+from kstorm.windowing.window import TupleWindow
+
+
+class Selector(enum.Enum):
+    """How :class:`JoinBolt` tells its inputs apart (Storm's ``JoinBolt.Selector``)."""
+
+    SOURCE = "source"  # by the emitting component
+    STREAM = "stream"  # by the stream id
+
+
+@dataclass(frozen=True)
+class FieldSelector:
+    """``input:field.sub`` of :meth:`JoinBolt.select` (Storm's ``FieldSelector``)."""
+
+    input: str | None
+    path: tuple[str, ...]
+    name: str  # the output field's name: the descriptor without ``input:``
+
+    @classmethod
+    def parse(cls, descriptor: str, input_: str | None = None) -> FieldSelector:
+        """``"input:field.sub"`` or ``"field.sub"`` (``input_``: the input it belongs to)."""
+        text = descriptor.strip()
+        if input_ is None and ":" in text:
+            input_, text = (part.strip() for part in text.split(":", 1))
+        path = tuple(p.strip() for p in text.split("."))
+        if not text or not all(path):
+            msg = f"JoinBolt: {descriptor!r} is not a field: use 'field', 'input:field' or 'a.b'"
+            raise TopologyError(msg)
+        return cls(input_, path, text)
+
+    def lookup(self, tuple_: Tuple, input_: str) -> Any:
+        """The field's value in ``tuple_`` from ``input_``; ``None`` where it has none."""
+        if self.input is not None and self.input.lower() != input_.lower():
+            return None
+        if not tuple_.contains(self.path[0]):
+            return None
+        value = tuple_.get_value_by_field(self.path[0])
+        for key in self.path[1:]:
+            value = value.get(key) if isinstance(value, Mapping) else None
+            if value is None:
+                return None
+        return value
+
+
+@dataclass(frozen=True)
+class _Join:
+    key: FieldSelector  # this input's join field
+    prior: str | None = None  # the input it joins (None: the first)
+    left: bool = False
+
+
+class JoinBolt(BaseWindowedBolt):
+    """Joins the tuples of each window by key (Storm's ``JoinBolt``; module docstring).
+
+    Example:
+        >>> from kstorm.windowing import Duration
+        >>> bolt = (JoinBolt("users", "id").join("depts", "user_id", "users")
+        ...         .select("id, name, depts:dept")
+        ...         .with_tumbling_window(Duration.seconds(10)))
+        >>> bolt.output_fields
+        Fields('id', 'name', 'dept')
+    """
+
+    Selector = Selector
+
+    def __init__(self, *args: Any) -> None:
+        """``JoinBolt(input, field)`` or ``JoinBolt(Selector.STREAM, input, field)``."""
+        if len(args) == 2:
+            selector, (first, field) = Selector.SOURCE, args
+        elif len(args) == 3:
+            selector, first, field = args
+        else:
+            msg = ("JoinBolt takes (input, field) or (JoinBolt.Selector.SOURCE|STREAM, input, "
+                   f"field), got {len(args)} arguments")
+            raise TopologyError(msg)
+        if not isinstance(selector, Selector):
+            try:
+                selector = Selector(str(selector).lower())
+            except ValueError:
+                msg = f"JoinBolt: selector {selector!r} is not JoinBolt.Selector.SOURCE or STREAM"
+                raise TopologyError(msg) from None
+        self.selector = selector
+        self._joins: dict[str, _Join] = {first: _Join(FieldSelector.parse(field, first))}
+        self._select: tuple[FieldSelector, ...] = ()
+        self.output_stream: str | None = None
+
+    # -- building -----------------------------------------------------------------------
+
+    def join(self, new: str, field: str, prior: str) -> JoinBolt:
+        """Inner join of input ``new`` on ``new.field`` = the key of input ``prior``."""
+        return self._add(new, field, prior, left=False)
+
+    def left_join(self, new: str, field: str, prior: str) -> JoinBolt:
+        """Left join of input ``new`` on ``new.field`` = the key of input ``prior``."""
+        return self._add(new, field, prior, left=True)
+
+    def _add(self, new: str, field: str, prior: str, *, left: bool) -> JoinBolt:
+        if new in self._joins:
+            msg = f"JoinBolt: {new!r} is already part of the join; it can join only once"
+            raise TopologyError(msg)
+        if prior not in self._joins:
+            msg = (f"JoinBolt: {prior!r} was not declared before {new!r} "
+                   f"(inputs so far: {list(self._joins)})")
+            raise TopologyError(msg)
+        self._joins[new] = _Join(FieldSelector.parse(field, new), prior, left)
+        return self
+
+    def select(self, comma_separated_fields: str) -> JoinBolt:
+        """The output fields: ``"id, name"``, ``"spout2:dept"``, ``"info.city"``."""
+        selectors = tuple(FieldSelector.parse(d) for d in comma_separated_fields.split(","))
+        names = [s.name for s in selectors]
+        if len(set(names)) < len(names):
+            msg = f"JoinBolt.select({comma_separated_fields!r}) names an output field twice"
+            raise TopologyError(msg)
+        self._select = selectors
+        return self
+
+    def with_output_stream(self, stream: str) -> JoinBolt:
+        """Emit the results on ``stream`` instead of ``default``."""
+        self.output_stream = stream
+        return self
+
+    @property
+    def output_fields(self) -> Fields:
+        """The fields of the results (from :meth:`select`)."""
+        if not self._select:
+            msg = "JoinBolt: call select('field, ...') to say what a joined row holds"
+            raise TopologyError(msg)
+        named = {s.input for s in self._select if s.input is not None}
+        unknown = sorted(named - set(self._joins))
+        if unknown:
+            msg = (f"JoinBolt.select names inputs {unknown} that are not joined "
+                   f"({list(self._joins)})")
+            raise TopologyError(msg)
+        return Fields(*(s.name for s in self._select))
+
+    def declare_output_fields(self, declarer: Any) -> None:
+        """The selected fields, on the output stream."""
+        if self.output_stream is None:
+            declarer.declare(self.output_fields)
+        else:
+            declarer.declare_stream(self.output_stream, self.output_fields)
+
+    # -- running -------------------------------------------------------------------------
+
+    def check_subscriptions(self, component_id: str, inputs: list[Any]) -> None:
+        """At ``create_topology``: every input the bolt subscribes to is part of the join."""
+        subscribed = {(g.component if self.selector is Selector.SOURCE else g.stream)
+                      for g in inputs}
+        kind = self.selector.value
+        extra = sorted(subscribed - set(self._joins))
+        if extra:
+            msg = (f"JoinBolt {component_id!r} subscribes to {kind}s {extra} that are not "
+                   f"part of its join ({list(self._joins)}): add a join for each, or "
+                   f"subscribe only to the joined {kind}s")
+            raise TopologyError(msg)
+        missing = sorted(set(self._joins) - subscribed)
+        if missing:
+            msg = (f"JoinBolt {component_id!r} joins {kind}s {missing} it does not subscribe "
+                   f"to: add a grouping for each (a fields grouping on its join field)")
+            raise TopologyError(msg)
+
+    def prepare(self, conf: dict[str, Any], context: TopologyContext, collector: Any) -> None:
+        """Keep the collector."""
+        self.collector = collector
+
+    def input_of(self, tuple_: Tuple) -> str:
+        """Which input ``tuple_`` belongs to (its component, or its stream)."""
+        return (tuple_.source_component if self.selector is Selector.SOURCE
+                else tuple_.source_stream)
+
+    def execute(self, window: TupleWindow) -> None:
+        """Join the window's tuples and emit each joined row, anchored to its tuples."""
+        for joined in self.hash_join(window.get()):
+            values = [self._project(s, joined) for s in self._select]
+            anchors = [t for t, _ in joined]
+            if self.output_stream is None:
+                self.collector.emit(values, anchors)
+            else:
+                self.collector.emit(values, anchors, stream=self.output_stream)
+
+    def hash_join(self, tuples: list[Tuple]) -> list[list[tuple[Tuple, str]]]:
+        """The joined rows of ``tuples``: each the list of ``(tuple, input)`` it joined."""
+        inputs = list(self._joins)
+        first = inputs[0]
+        probe: list[list[tuple[Tuple, str]]] = []
+        hashed: dict[str, dict[Any, list[Tuple]]] = {i: defaultdict(list) for i in inputs[1:]}
+        for tuple_ in tuples:
+            input_ = self.input_of(tuple_)
+            if input_ == first:
+                probe.append([(tuple_, input_)])
+            elif input_ in hashed:
+                key = self._joins[input_].key.lookup(tuple_, input_)
+                if key is not None:
+                    hashed[input_][key].append(tuple_)
+            else:
+                msg = (f"JoinBolt: a tuple from {self.selector.value} {input_!r}, which is "
+                       f"not part of the join ({inputs})")
+                raise TopologyError(msg)
+        for input_ in inputs[1:]:
+            how = self._joins[input_]
+            prior_key = self._joins[how.prior].key  # type: ignore[index]
+            result: list[list[tuple[Tuple, str]]] = []
+            for row in probe:
+                key = next((v for t, i in row if i == how.prior
+                            and (v := prior_key.lookup(t, i)) is not None), None)
+                if key is None:
+                    continue
+                matches = hashed[input_].get(key)
+                if matches:
+                    result.extend([*row, (m, input_)] for m in matches)
+                elif how.left:
+                    result.append(row)
+            probe = result
+        return probe
+
+    @staticmethod
+    def _project(selector: FieldSelector, joined: list[tuple[Tuple, str]]) -> Any:
+        for tuple_, input_ in joined:
+            value = selector.lookup(tuple_, input_)
+            if value is not None:
+                return value
+        return None  # a left join's missing side
+
+
+__all__ = ["FieldSelector", "JoinBolt", "Selector"]
