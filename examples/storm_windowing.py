@@ -17,7 +17,7 @@ process). Run one with::
 
     python -m examples.storm_windowing stateful     # or: persistent
 
-``tests/test_storm_windowing_examples.py`` runs both on the test driver and checks every
+``tests/windowing/test_storm_windowing_examples.py`` runs both on the test driver and checks every
 emitted value against Storm's window rules computed independently.
 """
 

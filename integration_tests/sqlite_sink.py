@@ -1,6 +1,6 @@
 """A third sink, written from the sink guide (docs/sinks.md) only: SQLite, exactly once.
 
-docs/sinks.md shows this class; ``tests/test_docs_sink_guide.py`` checks that it still does.
+docs/sinks.md shows this class; ``tests/sinks/test_docs_sink_guide.py`` checks that it still does.
 """
 
 import json

@@ -90,7 +90,7 @@ def test_word_count_exact_under_temporary_directories_of_every_threshold(
         short_root: Path, length: int) -> None:
     """30 characters (the length that once stopped every stateful topology), the last
     length whose JVM directory holds Spark's sockets, the first that moves them to a short
-    directory, and 120 (every length between is ``tests/test_jvm_tmp.py``'s sweep)."""
+    directory, and 120 (every length between is ``tests/_spark/test_jvm_tmp.py``'s sweep)."""
     tmpdir = _of_length(short_root, length)
     runs, truth = _word_count(kafka, redis_server, produce, tmp_path, {"TMPDIR": str(tmpdir)})
     _exact_after_a_kill(runs, truth)

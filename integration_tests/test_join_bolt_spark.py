@@ -3,7 +3,7 @@
 Storm's *Joining Streams* guide's example -- two spouts joined by ``id`` within tumbling
 windows, the bolt's tasks fed by a fields grouping on the join field -- inner and left,
 over random data in two batches on two partitions each. The test driver's joins are
-checked against a nested-loop join in ``tests/test_join_bolt.py``; here Spark must give
+checked against a nested-loop join in ``tests/windowing/test_join_bolt.py``; here Spark must give
 the same rows.
 """
 

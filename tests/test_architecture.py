@@ -201,8 +201,24 @@ def test_the_planner_never_imports_test_helpers():
 def test_test_modules_have_unique_basenames() -> None:
     """pytest (rootdir-relative, no packages) cannot collect two test modules of one name."""
     root = Path(__file__).resolve().parent.parent
-    names = [p.name for d in ("tests", "integration_tests") for p in (root / d).glob("test_*.py")]
+    names = [p.name for d in ("tests", "integration_tests") for p in (root / d).rglob("test_*.py")]
     assert sorted(n for n in set(names) if names.count(n) > 1) == []
+
+
+# tests/ mirrors the package: a folder per package (or area) it tests; at its root only the
+# tests of the top-level modules and of the whole (the architecture, the docs, the CLI)
+TEST_FOLDERS = {"_kafka", "_runtime", "_spark", "acking", "bench", "serdes", "sinks", "state",
+                "transactional", "windowing"}
+
+
+def test_unit_tests_are_filed_by_the_package_they_test() -> None:
+    root = Path(__file__).resolve().parent
+    folders = {p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith((".", "__"))}
+    assert folders == TEST_FOLDERS
+    for folder in TEST_FOLDERS:  # each named after a kstorm package, or a top-level one
+        assert (ROOT / "kstorm" / folder).is_dir() or (ROOT / folder).is_dir(), folder
+    at_root = sorted(p.name for p in root.glob("test_*.py"))
+    assert len(at_root) <= 20, at_root
 
 
 SPEEDUPS = "kstorm._spark.speedups"
@@ -251,8 +267,8 @@ def test_the_speed_ups_are_used_only_through_their_interface():
 
 
 def test_private_spark_members_live_in_the_speed_ups_package():
-    """Every module PRIVATE_MEMBERS lists (tests/test_speedups.py greps them all) is inside
-    the package: the rest of kstorm reaches Spark's, py4j's and CPython's private members
+    """Every module PRIVATE_MEMBERS lists (tests/_spark/test_speedups.py greps them all) is
+    inside the package: the rest of kstorm reaches Spark's, py4j's and CPython's private members
     only through the INTERFACE of the module that holds them."""
     from kstorm._spark.speedups import PRIVATE_MEMBERS
 

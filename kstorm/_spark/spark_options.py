@@ -1,7 +1,7 @@
 """kstorm settings translated into Spark options: a plain function, no JVM, no session.
 
 :func:`spark_options` is the whole translation of a :class:`~kstorm.config.TopologyConfig`
-into a session's Spark settings (unit-tested without a JVM, ``tests/test_spark_options.py``);
+into a session's Spark settings (unit-tested without a JVM, ``tests/_spark/test_spark_options.py``);
 the session itself (``session.py``) adds the process environment a JVM start needs and
 builds the session from them. The speed-ups among the options are switched and proven in
 ``speedups/`` (``hadoop-fs``, ``unix-sockets``).

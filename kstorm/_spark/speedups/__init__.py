@@ -32,7 +32,7 @@ planners           data-source planners released, and pre-started (``planners.py
 =================  ==========================================================================
 
 Every private Spark, py4j or CPython member kstorm uses is in :data:`PRIVATE_MEMBERS`, by
-module, and every one of those modules is in this package (``tests/test_speedups.py`` greps
+module, and every one of those modules is in this package (``tests/_spark/test_speedups.py`` greps
 all of kstorm and fails on one not listed, or on a JVM handle or reflection outside the
 package; ``tests/test_architecture.py`` holds the rest of kstorm to :data:`INTERFACE`),
 each with its fallback:
@@ -46,7 +46,7 @@ each with its fallback:
   ``pyspark.sql.types``' ``_parse_datatype_json_string`` and
   ``_create_row_inbound_converter`` (replaced when a row is unpickled). Fallback: the
   ``MapState`` methods (``kstorm/_spark/tws_map.py`` chooses); the stateful kill tests and
-  ``tests/test_state_map.py`` run both.
+  ``tests/_spark/test_state_map.py`` run both.
 * ``planners.py`` (planners): ``SparkContext._jvm``, ``._jsc``, ``._gateway``; Scala fields
   read by reflection (``setAccessible``, ``_private_field``) or by their mangled accessor
   (``...$$lastActivityNs``), ``SparkEnv``'s worker-factory methods (``_worker_calls``), the
@@ -73,7 +73,7 @@ ENV = "KSTORM_SPEEDUPS_OFF"
 NAMES = ("batch-rows", "state-map", "unix-sockets", "jvm-tmpdir", "hadoop-fs", "zygote",
          "class-cache", "planners")
 # pyspark minor releases whose private data-path members kstorm's tests compared with the
-# public route (tests/test_speedups.py, integration_tests/test_batch_rows.py); another
+# public route (tests/_spark/test_speedups.py, integration_tests/test_batch_rows.py); another
 # release gets the public route for batch-rows and state-map.
 TESTED_PYSPARK = ("4.2", "4.3")
 

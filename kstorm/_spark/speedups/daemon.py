@@ -11,7 +11,7 @@ The daemon must not start threads before it forks workers (see ``pyspark/daemon.
 import pyspark before it reorders the path: ``python -m`` of this module imports ``kstorm``,
 ``kstorm._spark`` and ``kstorm._spark.speedups`` first, and none of them imports anything but
 the standard library (``kstorm`` resolves its public names on first use; ``kstorm._spark``
-reads pyspark's version from its metadata). ``tests/test_speedups_daemon.py`` checks it.
+reads pyspark's version from its metadata). ``tests/_spark/test_speedups_daemon.py`` checks it.
 """
 
 from __future__ import annotations

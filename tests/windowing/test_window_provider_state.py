@@ -187,7 +187,7 @@ def test_an_empty_state_leaves_the_task_fresh() -> None:
 def test_window_state_ignores_the_users_value_serializer(redis_server: EmbeddedRedis) -> None:
     provider = RedisKeyValueStateProvider({
         "jedisPoolConfig": {"host": redis_server.host, "port": redis_server.port},
-        "valueSerializerClass": "tests.test_window_provider_state:IntOnly"})
+        "valueSerializerClass": "tests.windowing.test_window_provider_state:IntOnly"})
     name = f"wp{next(_names)}"
     kv = _state(provider, name)
     task = WindowedTask("w", WindowConfig(Count(5)))

@@ -40,7 +40,7 @@ def test_spark_runs_the_daemon_with_no_thread_and_no_pyspark_before_its_path_is_
     probe = (f"import sys, threading, {module}\n"
              "print(threading.active_count(), sorted(m for m in sys.modules\n"
              "      if m.split('.')[0] in ('pyspark', 'py4j', 'pyarrow', 'pandas')))")
-    repo = str(Path(__file__).resolve().parent.parent)
+    repo = str(Path(__file__).resolve().parents[2])
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                          check=True, env={**os.environ, "PYTHONPATH": repo}).stdout
     assert out.split(maxsplit=1) == ["1", "[]\n"]

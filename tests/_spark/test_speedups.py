@@ -14,7 +14,7 @@ import pytest
 from kstorm._spark import check_pyspark, speedups
 from kstorm.errors import ConfigError, MissingDependencyError
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 PRIVATE = re.compile(r"\._jdf|\._jvm|\._gateway|\._jsc|_load_from_socket|[A-Za-z_]+_\$eq|"
                      r"_run_module_as_main|_run_exitfuncs|setAccessible|\._jwrite|"
                      r"_mapStateClient|_stateful_processor_api_client|\._jconf|\._jsq|"
