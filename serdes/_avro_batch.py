@@ -14,8 +14,11 @@ from serdes._batch import check_arity
 from serdes.base import DecodeFailure, DecodeResult
 
 
-class BadRecord(Exception):
-    """Raised inside a per-record reader: this record is bad for ``error_type``."""
+class BadRecord(SerdeError):
+    """Raised inside a per-record reader: this record is bad for ``error_type``.
+
+    Never leaves :func:`decode_batch`: the record becomes a dead letter with the reason.
+    """
 
     def __init__(self, message: str, *, error_type: str) -> None:
         super().__init__(message)
@@ -67,11 +70,11 @@ def decode_batch(
             rows.append(
                 convert(decoded) if convert is not None and decoded is not None else decoded
             )
-        except SerdeError:
-            raise  # not a bad record: e.g. the schema registry cannot be reached
         except BadRecord as exc:
             failures.append(DecodeFailure(index, exc.error_type, str(exc)))
             continue
+        except SerdeError:
+            raise  # not a bad record: e.g. the schema registry cannot be reached
         except EOFError as exc:
             detail = f": {exc}" if str(exc) else ""
             failures.append(DecodeFailure(index, "Truncated", f"the record ends early{detail}"))

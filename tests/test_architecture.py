@@ -324,3 +324,43 @@ def test_the_pure_window_and_acking_packages_hold_no_runtime_modules() -> None:
                     for p in (ROOT / "kstorm" / package).glob("_*.py")
                     if p.name != "__init__.py")
     assert hidden == []
+
+
+def _exception_classes() -> list[tuple[str, type]]:
+    """(module, class) of every Exception class defined in kstorm, sinks and serdes.
+
+    (Not the KeyboardInterrupt of a stopped demo: an interrupt, not an error.)
+    """
+    import importlib
+
+    found = []
+    for package in ("kstorm", "sinks", "serdes"):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            tree = ast.parse(path.read_text())
+            classes = [n.name for n in tree.body if isinstance(n, ast.ClassDef) and n.bases]
+            if not classes:
+                continue
+            module = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+            module = module.removesuffix(".__init__")
+            loaded = importlib.import_module(module)
+            found += [(module, cls) for name in classes
+                      if isinstance(cls := getattr(loaded, name, None), type)
+                      and issubclass(cls, Exception) and cls.__module__ == module]
+    return found
+
+
+def test_every_error_is_under_kstorm_error_and_the_public_ones_live_in_errors() -> None:
+    """One root (kstorm/errors.py): every exception kstorm defines is a KstormError; those a
+    user can meet are defined in errors.py, listed in its __all__ and drawn in its tree."""
+    from kstorm import errors
+
+    found = _exception_classes()
+    assert len(found) > 15
+    assert [f"{m}.{c.__name__}" for m, c in found if not issubclass(c, errors.KstormError)] \
+        == []
+    public = [f"{m}.{c.__name__}" for m, c in found if m != "kstorm.errors"
+              and not any(part.startswith("_") for part in m.split("."))]
+    assert public == []  # elsewhere only private ones (a module or package named _x)
+    own = sorted(c.__name__ for m, c in found if m == "kstorm.errors")
+    assert sorted(errors.__all__) == own
+    assert [name for name in own if name not in (errors.__doc__ or "")] == []
