@@ -55,3 +55,34 @@ def test_join_bolt_on_spark_gives_the_test_driver_s_rows(spark: Any, left: bool)
         assert sorted(map(tuple, driver.output("joiner")), key=repr) == got
     assert len(got) > 10
     assert any(row[2] is None for row in got) == left
+
+
+def _enrichment(clicks: list[list[Any]], campaigns: list[list[Any]], left: bool) -> Any:
+    from kstorm import TableJoinBolt
+
+    builder = TopologyBuilder()
+    builder.set_spout("clicks", ListSpout(clicks, Fields("user", "campaign_id"), partitions=2))
+    builder.set_spout("campaigns", ListSpout(campaigns, Fields("campaign_id", "owner")))
+    builder.set_bolt("enrich", TableJoinBolt("clicks", "campaigns", "campaign_id", left=left)
+                     .select("user, campaign_id, campaigns:owner"), 2).fields_grouping(
+        "clicks", Fields("campaign_id")).fields_grouping("campaigns", Fields("campaign_id"))
+    return builder.create_topology()
+
+
+@pytest.mark.parametrize("left", [False, True])
+def test_table_join_on_spark_gives_the_test_driver_s_rows(spark: Any, left: bool) -> None:
+    """Each click joins the newest row of its campaign from its batch or an earlier one."""
+    rng = random.Random(7)
+    clicks = [[[f"u{rng.randint(0, 9)}", rng.randint(0, 5)] for _ in range(20)]
+              for _ in range(4)]
+    campaigns = [[[k, f"owner{k}"] for k in range(4)], [[1, "new1"], [2, None]], [],
+                 [[5, "owner5"]]]
+    result = run_to_completion(_enrichment(clicks, campaigns, left),
+                               {"kstorm.shuffle.partitions": 2})
+    got = sorted(map(tuple, result.emitted["enrich"]["default"]), key=repr)
+    with TopologyTestDriver(_enrichment(clicks, campaigns, left)) as driver:
+        driver.run()
+        assert sorted(map(tuple, driver.output("enrich")), key=repr) == got
+    owners = {(r[1], r[2]) for r in got}
+    assert (1, "new1") in owners and (1, "owner1") in owners  # the row changed at batch 1
+    assert any(r[2] is None for r in got) == left

@@ -90,6 +90,7 @@ _WHERE = {
     "BaseWindowedBolt": "kstorm.windowing.bolt",
     # kstorm.windowing.join
     "JoinBolt": "kstorm.windowing.join",
+    "TableJoinBolt": "kstorm.windowing.join",
 }
 
 __all__ = [
@@ -140,6 +141,7 @@ __all__ = [
     "SpoutOutputCollector",
     "StateError",
     "StormTopology",
+    "TableJoinBolt",
     "TopologyBuilder",
     "TopologyConfig",
     "TopologyContext",
@@ -227,4 +229,4 @@ if _typing.TYPE_CHECKING:  # what type checkers and IDEs see: the eager imports
     )
     from kstorm.tuple import Fields, Tuple, TupleUtils, Values
     from kstorm.windowing.bolt import BaseStatefulWindowedBolt, BaseWindowedBolt
-    from kstorm.windowing.join import JoinBolt
+    from kstorm.windowing.join import JoinBolt, TableJoinBolt

@@ -19,7 +19,7 @@ from kstorm.windowing.bolt import BaseStatefulWindowedBolt, BaseWindowedBolt
 from kstorm.windowing.builder import WindowedBoltConfigMixin
 from kstorm.windowing.config import LATE_TUPLE_FIELD, FieldTimestampExtractor, WindowConfig
 from kstorm.windowing.durations import Count, Duration, TimeUnit
-from kstorm.windowing.join import JoinBolt
+from kstorm.windowing.join import JoinBolt, TableJoinBolt
 from kstorm.windowing.manager import WindowManager
 from kstorm.windowing.watermark import WatermarkTracker
 from kstorm.windowing.window import StaleWindowError, TupleWindow, UnsupportedOperationError
@@ -33,6 +33,7 @@ __all__ = [
     "FieldTimestampExtractor",
     "JoinBolt",
     "StaleWindowError",
+    "TableJoinBolt",
     "TimeUnit",
     "TupleWindow",
     "UnsupportedOperationError",

@@ -1,4 +1,7 @@
-"""``JoinBolt``: Storm 2's windowed join of streams, in snake_case.
+"""Joins: ``JoinBolt`` (Storm 2's windowed join of streams) and ``TableJoinBolt``.
+
+``TableJoinBolt`` joins a stream with a table: a second input (a compacted Kafka topic
+read by a ``KafkaSpout``) whose tuples are the table's rows by key (see its docstring).
 
 A windowed bolt (so lag, watermarks, late-tuple streams, replays and exactly-once sinks
 apply as to any windowed bolt) that joins the tuples of each window by key, as Storm's
@@ -29,6 +32,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from kstorm.bolt import BaseStatefulBolt
 from kstorm.component import TopologyContext
 from kstorm.errors import TopologyError
 from kstorm.tuple import Fields, Tuple
@@ -258,4 +262,126 @@ class JoinBolt(BaseWindowedBolt):
         return None  # a left join's missing side
 
 
-__all__ = ["FieldSelector", "JoinBolt", "Selector"]
+class TableJoinBolt(BaseStatefulBolt):
+    """Joins each tuple of a stream with the current row of its key in a table.
+
+    The table is an input of its own, e.g. a ``KafkaSpout`` over a compacted topic: each of
+    its tuples is the newest row of its key (a tuple whose fields other than the key are
+    all ``None`` deletes it). The rows live in the bolt's ``KeyValueState`` (checkpointed,
+    or in the state provider), so they survive restarts and a replayed batch sees the same
+    table.
+
+    **Which version of a row an event sees**: the newest row of its key delivered in the
+    same micro-batch or an earlier one. Within a batch the table's rows are applied first,
+    then the batch's events are joined, in arrival order (emitted in ``finish_batch``), so
+    where batches are cut decides only whether a row and an event that arrive close
+    together meet: an event never sees a row that arrived in a later batch.
+
+    Example:
+        >>> enrich = (TableJoinBolt("clicks", "campaigns", "campaign_id")
+        ...           .select("user, campaign_id, campaigns:advertiser"))
+        >>> enrich.output_fields
+        Fields('user', 'campaign_id', 'advertiser')
+
+    Group both inputs by the key (``fields_grouping("clicks", Fields("campaign_id"))``,
+    ``fields_grouping("campaigns", Fields("campaign_id"))``) so that a key's rows and its
+    events reach the same task. ``left=True`` keeps an event whose key has no row (the
+    table's fields ``None``); by default it is dropped (an inner join).
+    """
+
+    def __init__(self, stream: str, table: str, key: str, *, table_key: str | None = None,
+                 left: bool = False) -> None:
+        """Join input ``stream`` with input ``table`` (component ids) on ``key``.
+
+        ``key`` is the stream's join field, ``table_key`` the table's (default: the same).
+        """
+        if stream == table:
+            msg = f"TableJoinBolt: the stream and the table are both {stream!r}"
+            raise TopologyError(msg)
+        self.stream, self.table, self.left = stream, table, left
+        self.key = FieldSelector.parse(key, stream)
+        self.table_key = FieldSelector.parse(table_key or key, table)
+        self._select: tuple[FieldSelector, ...] = ()
+
+    def select(self, comma_separated_fields: str) -> TableJoinBolt:
+        """The output fields: ``"user"`` (the event's, else the row's), ``"campaigns:name"``."""
+        selectors = tuple(FieldSelector.parse(d) for d in comma_separated_fields.split(","))
+        unknown = sorted({s.input for s in selectors if s.input is not None}
+                         - {self.stream, self.table})
+        if unknown:
+            msg = (f"TableJoinBolt.select names inputs {unknown}; it joins {self.stream!r} "
+                   f"with {self.table!r}")
+            raise TopologyError(msg)
+        names = [s.name for s in selectors]
+        if len(set(names)) < len(names):
+            msg = f"TableJoinBolt.select({comma_separated_fields!r}) names a field twice"
+            raise TopologyError(msg)
+        self._select = selectors
+        return self
+
+    @property
+    def output_fields(self) -> Fields:
+        """The fields of the results (from :meth:`select`)."""
+        if not self._select:
+            msg = "TableJoinBolt: call select('field, ...') to say what a joined row holds"
+            raise TopologyError(msg)
+        return Fields(*(s.name for s in self._select))
+
+    def declare_output_fields(self, declarer: Any) -> None:
+        """The selected fields."""
+        declarer.declare(self.output_fields)
+
+    def check_subscriptions(self, component_id: str, inputs: list[Any]) -> None:
+        """At ``create_topology``: it reads exactly its stream and its table."""
+        subscribed = {g.component for g in inputs}
+        if subscribed != {self.stream, self.table}:
+            msg = (f"TableJoinBolt {component_id!r} joins {self.stream!r} with table "
+                   f"{self.table!r} but subscribes to {sorted(subscribed)}: subscribe to "
+                   f"both (a fields grouping on the key each), and to nothing else")
+            raise TopologyError(msg)
+
+    def init_state(self, state: Any) -> None:
+        """The table's rows, by key."""
+        self.rows = state
+
+    def prepare(self, conf: dict[str, Any], context: TopologyContext, collector: Any) -> None:
+        """Keep the collector; no events waiting."""
+        self.collector, self.events = collector, []
+
+    def execute(self, tuple_: Tuple) -> None:
+        """A table row is applied now; an event waits for the batch's end."""
+        if tuple_.source_component != self.table:
+            self.events.append(tuple_)
+            return
+        key = self.table_key.lookup(tuple_, self.table)
+        if key is not None:
+            row = {f: tuple_.get_value_by_field(f) for f in tuple_.fields}
+            if all(v is None for f, v in row.items() if f != self.table_key.path[0]):
+                self.rows.delete(key)
+            else:
+                self.rows.put(key, row)
+        self.collector.ack(tuple_)
+
+    def finish_batch(self) -> None:
+        """Join the batch's events with the table as it is now, in arrival order."""
+        events, self.events = self.events, []
+        for event in events:
+            key = self.key.lookup(event, self.stream)
+            row = None if key is None else self.rows.get(key)
+            if row is not None or self.left:
+                self.collector.emit([self._project(s, event, row or {}) for s in self._select],
+                                    event)
+            self.collector.ack(event)
+
+    def _project(self, selector: FieldSelector, event: Tuple, row: Mapping[str, Any]) -> Any:
+        if selector.input != self.table:
+            value = selector.lookup(event, self.stream)
+            if value is not None or selector.input == self.stream:
+                return value
+        value: Any = row.get(selector.path[0])
+        for part in selector.path[1:]:
+            value = value.get(part) if isinstance(value, Mapping) else None
+        return value
+
+
+__all__ = ["FieldSelector", "JoinBolt", "Selector", "TableJoinBolt"]
