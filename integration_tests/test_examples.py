@@ -100,3 +100,47 @@ def test_storm_s_stateful_windowing_example_sums_the_same_windows_on_spark(
         expected.append(str(running))
     printed = [line for line in capsys.readouterr().out.splitlines() if line.isdigit()]
     assert printed == expected
+
+
+def test_enrichment_counts_each_advertiser_s_clicks_per_closed_window(
+        spark: Any, kafka: Any, redis_server: Any, checkpoint_dir: Any, produce: Any,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """examples/enrichment.py: clicks joined with a compacted campaign topic, then counted
+    per advertiser and 10 s window; every stored count equals the one computed here."""
+    from examples import enrichment
+
+    bootstrap = kafka.bootstrap_servers
+    suffix = f"{random.randrange(16**6):06x}"
+    clicks_topic, campaigns_topic = f"clicks-{suffix}", f"campaigns-{suffix}"
+    create_topic(bootstrap, clicks_topic, partitions=2)
+    create_topic(bootstrap, campaigns_topic, partitions=1)
+    table = {c: f"adv-{c % 3}" for c in range(6)}  # campaign 6 has no row: its clicks drop
+    produce(bootstrap, campaigns_topic, [json.dumps({"campaign_id": c, "advertiser": a})
+                                         for c, a in table.items()])
+    rng = random.Random(5)
+    clicks = {p: [{"user": rng.choice(USERS), "campaign_id": rng.randint(0, 6),
+                   "ts": BASE + i * 100 + p} for i in range(300)] for p in range(2)}
+    for p, rows in clicks.items():
+        produce(bootstrap, clicks_topic, [json.dumps(c) for c in rows], partition=p)
+    monkeypatch.setenv("CLICKS_TOPIC", clicks_topic)
+    monkeypatch.setenv("CAMPAIGNS_TOPIC", campaigns_topic)
+    monkeypatch.setenv("REDIS_URL", redis_server.url)
+    handle = submit_topology(f"en{suffix}", {
+        "kafka.bootstrap.servers": bootstrap, "kstorm.trigger": "available-now",
+        "kstorm.checkpoint.dir": str(checkpoint_dir)}, enrichment.topology().create_topology())
+    try:
+        assert handle.await_termination(180), "the example did not drain its topics"
+    finally:
+        handle.stop()
+
+    joined = [c for rows in clicks.values() for c in rows if c["campaign_id"] in table]
+    watermark = max(c["ts"] for c in joined) - LAG_MS  # one windowed task: one stream
+    expected: dict[str, int] = defaultdict(int)
+    for click in joined:  # Storm's windows: end - 10 s < ts <= end, start = end - 10 s
+        end = -(-click["ts"] // WINDOW_MS) * WINDOW_MS
+        if end <= watermark:
+            expected[f"clicks:{table[click['campaign_id']]}:{end - WINDOW_MS}"] += 1
+    assert handle.sinks["store"].read_all("clicks:") == dict(expected)
+    # 3 advertisers x the 2 windows the watermark closed, and the window ending at BASE
+    # (one click exactly on it)
+    assert len(expected) == 7
