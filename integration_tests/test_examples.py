@@ -8,6 +8,7 @@ from collections import defaultdict
 from typing import Any
 
 import pytest
+from page_views_truth import page_views_truth
 
 from examples import page_views
 from kstorm import submit_topology
@@ -41,17 +42,7 @@ def test_page_views_counts_views_and_distinct_users_per_closed_window(
     finally:
         handle.stop()
 
-    # windows whose end the final watermark (min over partitions of max ts - lag) passed
-    watermark = min(max(v["ts"] for v in vs) for vs in views.values()) - LAG_MS
-    users: dict[str, set[str]] = defaultdict(set)
-    counts: dict[str, int] = defaultdict(int)
-    for view in (v for vs in views.values() for v in vs):
-        start = view["ts"] - view["ts"] % WINDOW_MS
-        if start + WINDOW_MS < watermark:
-            key = f"page-views:{view['page']}:{start}"
-            counts[key] += 1
-            users[key].add(view["user"])
-    expected = {k: {"views": counts[k], "users": len(users[k])} for k in counts}
+    expected = page_views_truth(views)
     stored = handle.sinks["store"].read_all("page-views:")
     assert stored == expected
     assert len(expected) == 6  # 3 pages x the 2 windows closed by the watermark
@@ -144,3 +135,57 @@ def test_enrichment_counts_each_advertiser_s_clicks_per_closed_window(
     # 3 advertisers x the 2 windows the watermark closed, and the window ending at BASE
     # (one click exactly on it)
     assert len(expected) == 7
+
+
+def test_sessions_stores_each_closed_session_of_each_user_once(
+        spark: Any, kafka: Any, redis_server: Any, topic_name: str, checkpoint_dir: Any,
+        produce: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """examples/sessions.py: every session the final watermark closed, exactly, from a
+    ground truth cut here by the definition (a user's views, cut at gaps over 30 s)."""
+    from examples import sessions
+
+    gap, lag = 30_000, 5_000
+    create_topic(kafka.bootstrap_servers, topic_name, partitions=2)
+    rng = random.Random(17)
+    views: dict[int, list[dict[str, Any]]] = {0: [], 1: []}
+    clock = BASE
+    for _ in range(600):  # one stream of time; a user's views all in one partition
+        clock += rng.choice([100, 900, 4_000, 12_000])
+        user = rng.choice(USERS)
+        views[int(user.split("-")[1]) % 2].append(
+            {"user": user, "page": rng.choice(PAGES), "ts": clock})
+    for partition, rows in views.items():
+        produce(kafka.bootstrap_servers, topic_name, [json.dumps(v) for v in rows],
+                partition=partition)
+    monkeypatch.setenv("SESSIONS_TOPIC", topic_name)
+    monkeypatch.setenv("REDIS_URL", redis_server.url)
+    handle = submit_topology(f"ss{topic_name[-8:]}", {
+        "kafka.bootstrap.servers": kafka.bootstrap_servers, "kstorm.trigger": "available-now",
+        "kstorm.checkpoint.dir": str(checkpoint_dir)}, sessions.topology().create_topology())
+    try:
+        assert handle.await_termination(180), "the example did not drain its topic"
+    finally:
+        handle.stop()
+
+    # per task the watermark is the lowest partition's latest timestamp minus the lag;
+    # a session closes once it passes last + gap (a session left open is not stored)
+    by_user: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for view in (v for rows in views.values() for v in rows):
+        by_user[view["user"]].append(view)
+    truth: dict[str, dict[str, int]] = {}
+    for user, rows in by_user.items():
+        cut: list[list[dict[str, Any]]] = []
+        for view in sorted(rows, key=lambda v: v["ts"]):
+            if cut and view["ts"] - cut[-1][-1]["ts"] <= gap:
+                cut[-1].append(view)
+            else:
+                cut.append([view])
+        for s in cut:
+            truth[f"sessions:{user}:{s[0]['ts']}"] = {
+                "end": s[-1]["ts"] + gap, "views": len(s), "pages": len({v["page"] for v in s})}
+    stored = handle.sinks["store"].read_all("sessions:")
+    assert stored and all(truth.get(k) == v for k, v in stored.items()), stored
+    watermark = min(rows[-1]["ts"] for rows in views.values()) - lag
+    surely_closed = {k for k, v in truth.items() if v["end"] < watermark - 15_000}
+    assert surely_closed <= set(stored)
+    assert len(surely_closed) > 20
