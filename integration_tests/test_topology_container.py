@@ -11,19 +11,19 @@ from __future__ import annotations
 import json
 import random
 import time
-from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from _services import TOPOLOGY_IMAGE, KafkaService, RedisService, ensure_image
+from page_views_truth import page_views_truth
 
 from kstorm._kafka.client import create_topic
 
 pytestmark = pytest.mark.integration
 
-WINDOW_MS, LAG_MS, BASE = 10_000, 5_000, 1_700_000_000_000
+BASE = 1_700_000_000_000
 PAGES, USERS = ["/home", "/cart", "/help"], [f"u-{i}" for i in range(10)]
 DB = 7  # a Redis database of its own: the session's Redis is shared with other tests
 FIRST, MORE = 160, 200  # rows per partition before the start, and before the kill
@@ -54,20 +54,6 @@ def _run(engine: Any, kafka: KafkaService, redis_url: str, topic: str, checkpoin
         volumes={str(checkpoint): {"bind": "/checkpoint", "mode": "rw"}},
         network_mode="host", detach=True,
     )  # fmt: skip
-
-
-def _truth(views: dict[int, list[dict[str, Any]]]) -> dict[str, dict[str, int]]:
-    """Every window the final watermark (min over partitions of max ts - lag) closed."""
-    watermark = min(max(v["ts"] for v in vs) for vs in views.values()) - LAG_MS
-    users: dict[str, set[str]] = defaultdict(set)
-    counts: dict[str, int] = defaultdict(int)
-    for view in (v for vs in views.values() for v in vs):
-        start = view["ts"] - view["ts"] % WINDOW_MS
-        if start + WINDOW_MS < watermark:
-            key = f"page-views:{view['page']}:{start}"
-            counts[key] += 1
-            users[key].add(view["user"])
-    return {k: {"views": counts[k], "users": len(users[k])} for k in counts}
 
 
 @pytest.mark.parametrize("how, exit_code", [("kill", 137), ("stop", 0)])
@@ -131,7 +117,7 @@ def test_a_topology_container_ended_mid_stream_resumes_exactly(
         second.remove(force=True)
     assert status == 0, logs
 
-    expected = _truth(views)
+    expected = page_views_truth(views)
     sink = RedisSink(RedisConfig.from_url(url), key="page-views:{page}:{window_start}",
                      value=lambda row: row, merge="set", mode="transactional")
     assert sink.read_all("page-views:") == expected

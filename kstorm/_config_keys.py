@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Collection, Iterable
+from typing import Any
 
 from kstorm.errors import ConfigError
 
@@ -157,3 +158,22 @@ def check_keys(keys: Iterable[str], accepted: Collection[str]) -> None:
         raise ConfigError(msg, hint="kstorm.Config's constants name every key kstorm accepts "
                           "(Config.TOPOLOGY_*, Config.KSTORM_*, Config.KAFKA_*); keys under "
                           "'user.' are free for the topology's own settings")
+
+
+def load_object(path: str, key: str, hint: str) -> Any:
+    """The object 'package.module:Class' (or 'package.module.Class') names.
+
+    A class is instantiated; a path that cannot be imported is a :class:`ConfigError`
+    naming config ``key``, with ``hint``.
+    """
+    import importlib
+
+    module, _, attr = path.partition(":") if ":" in path else path.rpartition(".")
+    try:
+        found: Any = importlib.import_module(module)
+        for part in attr.split("."):
+            found = getattr(found, part)
+    except (ImportError, AttributeError, ValueError) as exc:
+        msg = f"{key} = {path!r} cannot be imported: {exc}"
+        raise ConfigError(msg, hint=hint) from exc
+    return found() if isinstance(found, type) else found

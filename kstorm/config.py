@@ -31,7 +31,7 @@ from pydantic import (
     field_validator,
 )
 
-from kstorm._config_keys import check_keys
+from kstorm._config_keys import check_keys, load_object
 from kstorm.errors import ConfigError
 from kstorm.kafka.connection import KafkaConnection
 
@@ -475,18 +475,8 @@ _STORM_PROVIDERS = {
 
 def _custom_provider(path: str) -> Any:
     """A user's StateProvider from 'package.module:Class' (or 'package.module.Class')."""
-    import importlib
-
-    module, _, attr = path.partition(":") if ":" in path else path.rpartition(".")
-    try:
-        found: Any = importlib.import_module(module)
-        for part in attr.split("."):
-            found = getattr(found, part)
-    except (ImportError, AttributeError, ValueError) as exc:
-        msg = f"topology.state.provider = {path!r} cannot be imported: {exc}"
-        raise ConfigError(msg, hint="give 'package.module:Class' of a StateProvider "
-                          "importable on the driver and the executors") from exc
-    provider = found() if isinstance(found, type) else found
+    provider = load_object(path, "topology.state.provider", "give 'package.module:Class' of "
+                           "a StateProvider importable on the driver and the executors")
     if not callable(getattr(provider, "new_state", None)):
         msg = f"topology.state.provider = {path!r} has no new_state(namespace, conf, context)"
         raise ConfigError(msg, hint="implement kstorm.state.StateProvider")

@@ -29,7 +29,6 @@ them with the reason rather than ignore them.
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import json
 import pickle
 import threading
@@ -37,6 +36,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from kstorm._config_keys import load_object
 from kstorm.errors import ConfigError
 from kstorm.state import encode_key
 
@@ -146,16 +146,9 @@ class PickleSerializer:
 
 
 def _load_class(path: str, key: str) -> Any:
-    module, _, attr = path.partition(":") if ":" in path else path.rpartition(".")
-    try:
-        found: Any = importlib.import_module(module)
-        for part in attr.split("."):
-            found = getattr(found, part)
-    except (ImportError, AttributeError, ValueError) as exc:
-        msg = f"topology.state.provider.config {key} = {path!r} cannot be imported: {exc}"
-        raise ConfigError(msg, hint="give 'package.module:Class' of a class with "
-                          "serialize(obj) -> bytes and deserialize(bytes) -> obj") from exc
-    instance = found() if isinstance(found, type) else found
+    instance = load_object(path, f"topology.state.provider.config {key}",
+                           "give 'package.module:Class' of a class with serialize(obj) -> "
+                           "bytes and deserialize(bytes) -> obj")
     if not (callable(getattr(instance, "serialize", None))
             and callable(getattr(instance, "deserialize", None))):
         msg = f"topology.state.provider.config {key} = {path!r} has no serialize/deserialize"
