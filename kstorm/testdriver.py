@@ -88,6 +88,7 @@ from kstorm._runtime.executor import StageExecutor
 from kstorm._runtime.plan import (
     COMMIT,
     DRIVER,
+    ENVELOPE_FIELDS,
     PartitionKind,
     Plan,
     Stage,
@@ -106,7 +107,7 @@ from kstorm._runtime.ticks import counts, due, tick_periods, tick_rows
 from kstorm._runtime.transaction import Transactions
 from kstorm._runtime.tx_planner import TxPlanner, emit_part
 from kstorm._runtime.window_store import PersistentTuples
-from kstorm._runtime.window_task import WindowedTask
+from kstorm._runtime.window_task import WindowedTask, interleaved
 from kstorm.acking.acker import DictStore, run_acker_batch, stale_roots
 from kstorm.acking.emits import EmitMsg, EmitTracker, Notice, SpoutEmit, emits_batch
 from kstorm.acking.ids import emit_root_id
@@ -799,7 +800,9 @@ class TopologyTestDriver:
                         t.values[0] = attempt
             source = self.plan.stages[self.plan.stage_of[spout]]
             executor = self._executor(source, batch_id, attempt, 0)
-            self._route(list(executor.process_rows((0, _fresh(t)) for t in ts))
+            fresh = [(0, _fresh(t)) for t in ts]
+            self._route(list(executor.process_rows(interleaved(fresh) if source.ordered
+                                                   else fresh))
                         + list(executor.finish_rows()), inbox, commit_rows, done)
             done.counters.update(executor.counters)
             for stage in self.plan.stages:
@@ -942,11 +945,15 @@ class TopologyTestDriver:
 
     def _arrivals(self, stage: Stage, raw: list[tuple[int, Tuple]], rows: list[Any]
                   ) -> list[tuple[int, Tuple]]:
-        """The stage's input: the spout rows it reads, then envelope rows for its head."""
+        """The stage's input: the spout rows it reads, then envelope rows for its head.
+
+        An ordered stage (``Stage.ordered``) takes them interleaved by origin, as Spark's
+        stage does (``window_task.interleaved``).
+        """
         out = list(raw)
         if rows:
             out.extend(envelope_tuples(to_arrow(rows), self.topology))
-        return out
+        return interleaved(out) if stage.ordered else out
 
     # -- running stages --------------------------------------------------------------------
 
@@ -1107,8 +1114,7 @@ class TopologyTestDriver:
         done.counters.update(outcome.counters)
         rows: list[Outgoing] = []
         for batch in outcome.rows.to_batches():
-            cols = [batch.column(n).to_pylist() for n in ("__dest", "__task", "__src",
-                                                         "__stream", "__vals", "__meta")]
+            cols = [batch.column(n).to_pylist() for n in ENVELOPE_FIELDS]
             rows += [Packed(*r) if r[0] in self.plan.stage_of else Outgoing(*r)
                      for r in zip(*cols, strict=True)]
         self._route(rows, inbox, defaultdict(list), done)

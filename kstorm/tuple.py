@@ -102,7 +102,7 @@ class Tuple:
     """
 
     __slots__ = ("values", "fields", "source_component", "source_stream", "message_id",
-                 "source_task", "_ids")
+                 "source_task", "_ids", "_seq")
 
     def __init__(self, values: Sequence[Any], fields: Fields, source_component: str,
                  source_stream: str = DEFAULT_STREAM, message_id: Any = None,
@@ -114,6 +114,7 @@ class Tuple:
         self.message_id = message_id
         self.source_task = source_task
         self._ids: Any = None  # reliability bookkeeping (anchors), owned by the runtime
+        self._seq: int | None = None  # emit position (kstorm._runtime.envelope.emit_seq)
 
     @classmethod
     def _received(cls, values: list[Any], fields: Fields, source_component: str,
@@ -127,6 +128,7 @@ class Tuple:
         t.message_id = None
         t.source_task = 0
         t._ids = None
+        t._seq = None
         return t
 
     def __len__(self) -> int:

@@ -10,7 +10,10 @@ module owns that wire contract; everything else imports it:
 - the destination address space (``__dest``): a bolt or sink id, or one of the reserved
   addresses below (acker messages, metrics, captures, dead letters, window partials,
   windowed bolt snapshots);
-- the extra columns spout rows carry besides the spout's fields (:data:`ERROR_COLUMN`, ...).
+- the extra columns spout rows carry besides the spout's fields (:data:`ERROR_COLUMN`, ...);
+- the emit order (``__seq``, :func:`emit_seq`): a row's tuples are numbered in the order the
+  stage task that sent them emitted them, so the windowed bolt downstream takes them in that
+  order whatever order Spark's exchanges deliver the rows in (Storm's arrival order).
 
 Adding a column means adding it to :data:`ENVELOPE_COLUMNS` (and to :class:`Outgoing` /
 :class:`Packed`, which are positional); nothing else lists the columns.
@@ -42,9 +45,11 @@ ENVELOPE_COLUMNS: tuple[tuple[str, pa.DataType], ...] = (
     ("__stream", pa.string()),  # its stream
     ("__vals", pa.binary()),    # packed tuple values, or a reserved address's payload
     ("__meta", pa.binary()),    # anchor bookkeeping per tuple (null: none is tracked)
+    ("__seq", pa.int64()),      # emit position of the row's first tuple (null: none, below)
 )
 ENVELOPE_SCHEMA = pa.schema(list(ENVELOPE_COLUMNS))
-_DDL_TYPES = {pa.string(): "string", pa.int32(): "int", pa.binary(): "binary"}
+_DDL_TYPES = {pa.string(): "string", pa.int32(): "int", pa.int64(): "bigint",
+              pa.binary(): "binary"}
 ENVELOPE_DDL = ", ".join(f"{name} {_DDL_TYPES[kind]}" for name, kind in ENVELOPE_COLUMNS)
 # (not ENVELOPE_SCHEMA.empty_table(): that imports pandas, ~40 MB in every Python worker)
 EMPTY = pa.Table.from_batches([], schema=ENVELOPE_SCHEMA)
@@ -108,6 +113,7 @@ class Outgoing(NamedTuple):
     stream: str
     values: bytes
     meta: bytes | None
+    seq: int | None = None
 
 
 class Packed(NamedTuple):
@@ -116,7 +122,8 @@ class Packed(NamedTuple):
     ``values`` is :func:`pack` of the tuples' values, in emit order; ``meta`` is ``None``
     when no tuple carries anchor bookkeeping, else the pickled list of each tuple's
     :attr:`Outgoing.meta`. One row carries many tuples: Spark moves, shuffles and converts
-    rows, so the fewer the cheaper (see :func:`unpack_values`).
+    rows, so the fewer the cheaper (see :func:`unpack_values`). ``seq`` is the emit position
+    of its first tuple (:func:`emit_seq`; the others follow it, one apart).
     """
 
     dest: str
@@ -125,6 +132,29 @@ class Packed(NamedTuple):
     stream: str
     values: bytes
     meta: bytes | None
+    seq: int | None = None
+
+
+SEQ_SHIFT = 40  # __seq = origin << SEQ_SHIFT | the tuple's number within its origin
+
+
+def emit_seq(origin: int, number: int) -> int:
+    """The ``__seq`` of a stage task's ``number``-th emitted tuple (from 0).
+
+    ``origin`` is the task's partition of the stage (the same on every replay of a batch);
+    tuples of one origin are numbered in emit order.
+
+    Example:
+        >>> seq = emit_seq(3, 7)
+        >>> seq_origin(seq), seq & ((1 << SEQ_SHIFT) - 1)
+        (3, 7)
+    """
+    return (origin << SEQ_SHIFT) | number
+
+
+def seq_origin(seq: int) -> int:
+    """The origin (the emitting stage task's partition) of an emit position."""
+    return seq >> SEQ_SHIFT
 
 
 def dumps(values: Sequence[Any]) -> bytes:
@@ -182,8 +212,10 @@ def unpacked(rows: Iterable[Outgoing | Packed]) -> Iterator[Outgoing]:
         if isinstance(row, Packed):
             values = unpack_values(row.values)
             metas = unpack_metas(row.meta, len(values))
-            for v, m in zip(values, metas, strict=True):
-                yield Outgoing(row.dest, row.task, row.src, row.stream, dumps(v), m)
+            seq = row.seq
+            for i, (v, m) in enumerate(zip(values, metas, strict=True)):
+                yield Outgoing(row.dest, row.task, row.src, row.stream, dumps(v), m,
+                               None if seq is None else seq + i)
         else:
             yield row
 
@@ -224,19 +256,24 @@ def envelope_tuples(batch: pa.RecordBatch, topology: StormTopology
     streams = batch.column("__stream").to_pylist()
     vals = batch.column("__vals").to_pylist()
     metas = batch.column("__meta").to_pylist()
+    seqs = (batch.column("__seq").to_pylist() if "__seq" in batch.schema.names
+            else [None] * batch.num_rows)
     comps = topology.components
     received = Tuple._received
-    for task, src, stream, v, meta in zip(tasks, srcs, streams, vals, metas, strict=True):
+    for task, src, stream, v, meta, seq in zip(tasks, srcs, streams, vals, metas, seqs,
+                                               strict=True):
         fields = TICK_FIELDS if src == SYSTEM_COMPONENT else comps[src].streams[stream]
         values = unpack_values(v)
-        if meta is None:
+        if meta is None and seq is None:
             for tuple_values in values:
                 yield task, received(tuple_values, fields, src, stream)
             continue
-        for tuple_values, tuple_meta in zip(values, unpack_metas(meta, len(values)),
-                                            strict=True):
+        for i, (tuple_values, tuple_meta) in enumerate(
+                zip(values, unpack_metas(meta, len(values)), strict=True)):
             tup = received(tuple_values, fields, src, stream)
             tup._ids = tuple_meta
+            if seq is not None:
+                tup._seq = seq + i
             yield task, tup
 
 

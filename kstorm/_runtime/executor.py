@@ -35,6 +35,7 @@ from kstorm._runtime.envelope import (
     Outgoing,
     Packed,
     dumps,
+    emit_seq,
     pack,
     unpacked,
 )
@@ -168,6 +169,9 @@ class StageExecutor:
         self._groups: dict[tuple[str, int, str, str], list[Any]] = {}  # -> [entries, metas]
         self._queued = 0        # tuples in _groups
         self._queued_bytes = 0  # bytes of the values pickled at emit in _groups
+        # the emit position of the next tuple to leave (envelope.emit_seq): numbered per
+        # (dest, task, src, stream) row in drain order, so each row's tuples in emit order
+        self._seq = emit_seq(max(partition, 0), 0)
         self._plans: dict[str, dict[str, _EmitPlan]] = {}  # component -> stream -> plan
         self._spread: dict[str, int] = {}  # consumer -> tuples sent round robin
         self._order: list[tuple[str, int, str, str]] | None = None  # per-tuple view: emits
@@ -766,7 +770,9 @@ class StageExecutor:
                     kept[(dest, task, src, stream)] = [entries, None]
                     continue
             out.append(Packed(dest, task, src, stream, pack(entries),
-                              None if metas is None else pickle.dumps(metas, protocol=5)))
+                              None if metas is None else pickle.dumps(metas, protocol=5),
+                              self._seq))
+            self._seq += len(entries)
         out.extend(self._out)
         self._out, self._groups, self._queued_bytes = [], kept, 0
         self._queued = sum(len(entries) for entries, _ in kept.values())

@@ -22,7 +22,14 @@ Storm would move tuples between tasks or keep task state:
 
 Each stage's input is either the *raw* rows of one spout (typed Arrow columns) or
 *envelope* rows (``ENVELOPE_FIELDS``): the tuple's destination stage and task, its source
-component and stream, and its values pickled into one binary column.
+component and stream, its values pickled into one binary column, and its emit position.
+
+A windowed bolt takes its input in arrival order (``kstorm/_runtime/window_task.py``): each
+upstream task's tuples in the order that task emitted them. A stage upstream of a windowed
+bolt is *ordered*: it takes its input interleaved by where each tuple came from (a Kafka
+partition, an upstream task; ``window_task.interleaved``), not one partition after another
+nor in the order a shuffle happened to deliver it -- so its emits interleave its inputs as
+a Storm bolt's would, and a replayed batch emits in the same order.
 """
 
 from __future__ import annotations
@@ -38,7 +45,7 @@ from kstorm.grouping import Grouping, GroupingKind
 from kstorm.spout import BaseRichSpout
 from kstorm.topology import StormTopology
 
-ENVELOPE_FIELDS = ("__dest", "__task", "__src", "__stream", "__vals", "__meta")
+ENVELOPE_FIELDS = ("__dest", "__task", "__src", "__stream", "__vals", "__meta", "__seq")
 DRIVER = -1  # ``__dest`` of tuples delivered to the driver (sinks and captures)
 COMMIT = -2  # committers and the bolts downstream of them: the commit phase, on the driver
 
@@ -77,6 +84,7 @@ class Stage:
     envelope_source: bool = False      # a free-form or transactional spout: envelope rows
     batch: bool = False                # a batch bolt (seed 002): one task is one partition
     tick_secs: float | None = None     # the head bolt's tick period (its tick tuples)
+    ordered: bool = False              # takes its input in arrival order (module docstring)
 
     @property
     def keyed(self) -> bool:
@@ -291,7 +299,23 @@ def compile_plan(topology: StormTopology, ticks: Mapping[str, float] | None = No
         stage_of[spec.id] = stage.index
     commit_stage = (Stage(index=COMMIT, head=committed[0], bolts=committed)
                     if committed else None)
+    _mark_ordered(stages)
     return Plan(stages, stage_of, sinks, commit_stage)
+
+
+def _mark_ordered(stages: list[Stage]) -> None:
+    """Mark the shuffled stages upstream of a windowed bolt ``ordered`` (module docstring)."""
+    todo = [s for s in stages if s.windowed]
+    seen: set[int] = set()
+    while todo:
+        for _, src in todo.pop().inputs:
+            if src < 0 or src in seen:
+                continue
+            seen.add(src)
+            up = stages[src]
+            if not up.windowed and not up.native_window:
+                up.ordered = True
+            todo.append(up)
 
 
 def _check_commit_bolt(cid: str, component: object) -> None:

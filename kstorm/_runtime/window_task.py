@@ -6,18 +6,20 @@ processing time, and saves :meth:`WindowedTask.snapshot` afterwards. Per batch:
 
 1. Each tuple gets its timestamp: the batch's processing time, or (event time) the timestamp
    field / extractor. A tuple whose timestamp cannot be read is a bolt error (dead letter).
-2. The tuples are sorted deterministically, because the rows of one task arrive in any order
-   after a shuffle: by ``(timestamp, source component, stream, message id, values)``; with a
-   message id field by ``(source, message id)``, the order the id ledger expects.
+2. The tuples are put in arrival order, the same on every replay and wherever the batch
+   was cut (:func:`arrival_order`): each *origin* -- a Kafka partition, or the stage task
+   that emitted tuples of a ``component:stream`` -- keeps its own order (offsets, or the emit
+   position the envelope carries, ``__seq``), and the origins are merged by timestamp (ties:
+   the origin's key). With a message id field, by ``(source, message id)`` instead: the order
+   the id ledger expects.
 3. Event time: lateness is the built-in ``WindowedAggregate``'s rule (one rule for both
    paths, README "Lateness"): a tuple is *late* iff its timestamp is below the latest
    timestamp its own input stream delivered before it, minus the lag, or below the watermark
    windows already fired at (which only a stream that had not delivered yet, or was idle,
-   can reach). "Before it" is arrival order within the stream -- offset order for a Kafka
-   partition -- across batches, so where batch boundaries fall changes nothing. Tuples from
-   a bolt (a ``component:stream`` input) have no arrival order after a shuffle: their order
-   within a batch is the deterministic one of step 2. Late tuples join no window; they are
-   counted and go to the late-tuple stream, if any.
+   can reach). "Before it" is arrival order (step 2) across batches, so where batch
+   boundaries fall changes nothing: a tuple 9 s behind the one its bolt emitted before it is
+   late with a 5 s lag, as in Storm, even when both share a micro-batch. Late tuples join no
+   window; they are counted and go to the late-tuple stream, if any.
 4. At the end of the batch the watermark is computed once -- min over the task's input
    streams of (latest timestamp - lag), leaving out streams idle for longer than the idle
    timeout -- or, in processing time, the clock moves to the batch time; the windows that
@@ -38,11 +40,13 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import heapq
 import logging
 import pickle
 from collections.abc import Hashable, Iterable, Sequence
 from typing import Any, Protocol
 
+from kstorm._runtime.envelope import seq_origin
 from kstorm._runtime.window_store import PersistentTuples, PersistentWindow
 from kstorm.tuple import Tuple
 from kstorm.windowing.config import WindowConfig
@@ -88,19 +92,83 @@ def _id_key(message_id: Any) -> tuple[Any, ...]:
                      for p in str(message_id).split(":")))
 
 
-def order_key(tuple_: Tuple, ts: int) -> tuple[Any, ...]:
-    """Deterministic position of a tuple within its batch (step 2 of the module docstring).
+def arrival_key(tuple_: Tuple, index: int) -> tuple[tuple[Any, ...], Any]:
+    """``(origin, position)``: where a tuple arrived from, and its place in that origin.
+
+    ``index`` breaks ties between equal positions (the tuple's place in the input).
 
     Example:
         >>> from kstorm.tuple import Fields
-        >>> a = Tuple([1], Fields("x"), "s", message_id=("t", 0, 7))
-        >>> b = Tuple([0], Fields("x"), "s", message_id=("t", 0, 3))
-        >>> sorted([a, b], key=lambda t: order_key(t, 5))[0].message_id
-        ('t', 0, 3)
+        >>> arrival_key(Tuple([1], Fields("x"), "s", message_id=("t", 2, 7)), 0)
+        ((0, 't', '', 2), 7)
     """
     mid = tuple_.message_id
-    tie = pickle.dumps(tuple_.values, protocol=5) if mid is None else b""
-    return (ts, tuple_.source_component, tuple_.source_stream, _id_key(mid), tie)
+    if is_kafka_id(mid):  # a partition's offsets are its arrival order
+        return (0, str(mid[0]), "", mid[1]), mid[2]
+    src, stream, seq = tuple_.source_component, tuple_.source_stream, tuple_._seq
+    if seq is not None:  # the emit position the envelope carried (envelope.emit_seq)
+        return (1, src, stream, seq_origin(seq)), seq
+    if mid is None:  # no order carried (a tuple made by hand): the timestamp, then values
+        return (2, src, stream, 0), (0, pickle.dumps(tuple_.values, protocol=5))
+    return (3, src, stream, 0), _id_key(mid)  # a list spout's ids grow within the spout
+
+
+def arrival_order(stamped: Sequence[tuple[Tuple, int]]) -> list[tuple[Tuple, int]]:
+    """``(tuple, timestamp)`` pairs in arrival order (step 2 of the module docstring).
+
+    Each origin's tuples keep their order; the origins are merged by timestamp, the lowest
+    first, ties to the origin with the lower key. All timestamps equal (processing time):
+    one origin after the other.
+
+    Example:
+        >>> from kstorm.tuple import Fields
+        >>> def t(p, off): return Tuple([off], Fields("x"), "s", message_id=("t", p, off))
+        >>> pairs = [(t(0, 1), 50), (t(1, 9), 20), (t(0, 0), 10), (t(1, 8), 30)]
+        >>> [(p.message_id[1], ts) for p, ts in arrival_order(pairs)]
+        [(0, 10), (1, 30), (1, 20), (0, 50)]
+    """
+    origins: dict[tuple[Any, ...], list[tuple[Any, int, tuple[Tuple, int]]]] = {}
+    for i, pair in enumerate(stamped):
+        origin, position = arrival_key(pair[0], i)
+        origins.setdefault(origin, []).append((position, i, pair))
+    def run(origin: tuple[Any, ...]) -> list[tuple[Tuple, int]]:
+        entries = origins[origin]
+        if origin[0] == 2:  # no order carried: by timestamp, then values
+            return [p for _, _, p in sorted(entries, key=lambda e: (e[2][1], e[0], e[1]))]
+        return [p for _, _, p in sorted(entries, key=lambda e: (e[0], e[1]))]
+
+    if len(origins) == 1:
+        return run(next(iter(origins)))
+    runs = [run(o) for o in sorted(origins)]
+    return list(heapq.merge(*runs, key=lambda pair: pair[1]))
+
+
+def interleaved(pairs: Iterable[tuple[int, Tuple]]) -> list[tuple[int, Tuple]]:
+    """An ordered stage's ``(task, tuple)`` input (``plan.Stage.ordered``): origins interleaved.
+
+    Each origin (:func:`arrival_key`) keeps its order, and the origins take turns, one tuple
+    each (the i-th tuple of every origin before any origin's (i+1)-th): a bolt fed by several
+    partitions through a shuffle sees them side by side, as a Storm bolt sees tuples arrive,
+    not one partition after another -- and in the same order on every replay, so its emits,
+    and the windows downstream, replay alike.
+
+    Example:
+        >>> from kstorm.tuple import Fields
+        >>> def t(p, off): return (0, Tuple([off], Fields("x"), "s", message_id=("t", p, off)))
+        >>> [p[1].message_id[1:] for p in interleaved([t(1, 5), t(0, 8), t(1, 4), t(0, 9)])]
+        [(0, 8), (1, 4), (0, 9), (1, 5)]
+    """
+    origins: dict[tuple[Any, ...], list[tuple[Any, int, tuple[int, Tuple]]]] = {}
+    for i, pair in enumerate(pairs):
+        origin, position = arrival_key(pair[1], i)
+        origins.setdefault(origin, []).append((position, i, pair))
+    ranked = []
+    for origin, entries in origins.items():
+        if origin[0] != 2:  # (no order carried: the input's, e.g. a spout's logged rows)
+            entries.sort(key=lambda e: (e[0], e[1]))
+        ranked += [((rank, origin), pair) for rank, (_, _, pair) in enumerate(entries)]
+    ranked.sort(key=lambda e: e[0])
+    return [pair for _, pair in ranked]
 
 
 class WindowOutput(Protocol):
@@ -318,19 +386,20 @@ class WindowedTask:
                     msg = (f"windowed bolt {self.component!r}: the timestamp extractor returned "
                            f"{type(ts).__name__} {ts!r} for {tuple_!r}; expected int ms")
                     raise TypeError(msg)
-                key = ((repr(source_of(tuple_)), id_of(tuple_), ts) if id_of is not None
-                       else order_key(tuple_, ts))
+                if id_of is not None:
+                    keys.append((repr(source_of(tuple_)), id_of(tuple_), ts))
             except Exception as exc:  # noqa: BLE001 - reported as the tuple's bolt error
                 out.error(tuple_, exc)
                 continue
             stamped.append((tuple_, ts))
-            keys.append(key)
+        if id_of is None:
+            return arrival_order(stamped)
         order = sorted(range(len(stamped)), key=keys.__getitem__)
         return [stamped[i] for i in order]
 
 
-__all__ = ["Collect", "WindowOutput", "WindowedTask", "order_key", "source_of",
-           "stream_of"]
+__all__ = ["Collect", "WindowOutput", "WindowedTask", "arrival_key", "arrival_order",
+           "interleaved", "source_of", "stream_of"]
 
 
 def _open(tuple_: Tuple) -> bool:

@@ -43,6 +43,7 @@ from kstorm._runtime.envelope import (
 from kstorm._runtime.executor import StageExecutor
 from kstorm._runtime.plan import AckingPlan, Plan
 from kstorm._runtime.transaction import ATTEMPT_PROPERTY, DEAD_LETTER_PROPERTY
+from kstorm._runtime.window_task import interleaved
 from kstorm._spark.speedups.affinity import (
     AFFINITY,
     Request,
@@ -329,13 +330,19 @@ def _run(ctx: StageContext, executor: StageExecutor, batches: Iterator[pa.Record
          task_of_row: Callable[[pa.RecordBatch], list[int]]) -> Iterator[pa.RecordBatch]:
     on_skip = _skip_counter(executor)
     given_up = dead_lettering() is not None  # no user code runs: the input is dead letters
+    held: list[tuple[int, Tuple]] | None = [] if ctx.stage.ordered else None
     for mine, others in arrivals(ctx, batches, executor.dead_letter_record, on_skip):
         if others is not None:
             yield others
         if given_up:
             continue
         tasks = task_of_row(mine) if ctx.stage.raw_spout is not None else None
+        if held is not None:  # an ordered stage: all of its input, then interleaved
+            held.extend(tuples_of(ctx, mine, tasks))
+            continue
         yield from packed(executor.process_rows(tuples_of(ctx, mine, tasks)))
+    if held:
+        yield from packed(executor.process_rows(interleaved(held)))
     yield from packed(executor.pending_rows() if given_up else executor.finish_rows())
     metrics = metrics_row(ctx, executor.counters)
     if metrics is not None:

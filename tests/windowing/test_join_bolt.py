@@ -55,9 +55,10 @@ def _reference(users: list[list[Any]], depts: list[list[Any]], left: bool) -> li
 
 
 def _data(rng: random.Random, n: int) -> tuple[list[list[Any]], list[list[Any]]]:
+    """Rows of each input in time order (no lag: a row behind its input's newest is late)."""
     users = [[rng.randint(0, 6), f"u{i}", rng.randint(1, 40_000)] for i in range(n)]
     depts = [[rng.randint(0, 6), f"d{i}", rng.randint(1, 40_000)] for i in range(n)]
-    return users, depts
+    return sorted(users, key=lambda r: r[2]), sorted(depts, key=lambda r: r[2])
 
 
 def _bolt(left: bool = False) -> JoinBolt:

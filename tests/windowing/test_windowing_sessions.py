@@ -158,8 +158,8 @@ def driver_reference(batches: list[list[list[Any]]], gap: int, top: int | None, 
 
     A user's tuples all go to the task ``task_of[user]`` (where Spark's hash partitioning
     puts them; the driver reports it); each task sees its part of the stream. Within a
-    batch the runtime takes a non-Kafka stream's tuples in timestamp order (ties by id
-    here: the ids increase); a tuple is late iff below the task's latest
+    batch the runtime takes the stream's tuples in arrival order (a list spout's: the order
+    of its rows, as Storm would); a tuple is late iff below the task's latest
     timestamp of the stream before it minus the lag, or by the model's rule; the watermark
     after a batch is the task's latest minus the lag.
     """
@@ -169,7 +169,7 @@ def driver_reference(batches: list[list[list[Any]]], gap: int, top: int | None, 
         model, latest = Model(gap, top), None
         for batch in batches:
             mine = [r for r in batch if task_of[r[0]] == task]
-            for user, ts, ident in sorted(mine, key=lambda r: (r[1], r[2])):
+            for user, ts, ident in mine:
                 if latest is not None and ts < latest - lag:
                     late.append(ident)
                 elif not model.add(user, ts, ident):
