@@ -1,6 +1,15 @@
-"""Storm's stateful and persistent windowing examples (storm-starter), ported as written.
+"""Storm's windowing examples (storm-starter), ported as written.
 
-Storm's *Windowing* guide points to two sample topologies for state kept beside a window:
+Storm's *Windowing* guide points to its sliding window sample topologies:
+
+- ``SlidingWindowTopology``: a ``RandomIntegerSpout`` -> ``SlidingWindowSumBolt`` (a sum
+  over the last 30 tuples every 10, kept up to date from ``get_new()`` and
+  ``get_expired()``) -> ``TumblingWindowAvgBolt`` (the average of every 3 sums) -> a
+  printer;
+- ``SlidingTupleTsTopology``: the same spout -> ``SlidingWindowSumBolt`` over a 5 s window
+  every 3 s of the tuples' own ``ts``, with a 5 s lag -> a printer.
+
+and to two for state kept beside a window:
 
 - ``StatefulWindowingTopology``: a ``RandomIntegerSpout`` -> ``WindowSumBolt`` (a
   ``BaseStatefulWindowedBolt`` over a sliding count window of 5 tuples every 3, with
@@ -10,37 +19,49 @@ Storm's *Windowing* guide points to two sample topologies for state kept beside 
   10 s every 2 s, ``withPersistence()``, ``withMaxEventsInMemory(25000)``) emitting the
   window's average and the global average kept in its state -> a printer.
 
-Java syntax became Python, nothing else, with two additions a finite run needs: the spout's
-``limit`` (Storm's spout never stops; ``None`` keeps it so) and its ``seed``. The printer is
-a sink (kstorm's printers run where sinks commit, on the driver, so the lines show in this
-process). Run one with::
+Java syntax became Python (Java's ``int / int`` is ``//``), nothing else, with the additions
+a finite, repeatable run needs: the spout's ``limit`` (Storm's spout never stops; ``None``
+keeps it so), its ``seed``, its ``sleep_ms`` and its ``clock`` (``time.time`` by default).
+The printer is a sink (kstorm's printers run where sinks commit, on the driver, so the
+lines show in this process). Run one with::
 
-    python -m examples.storm_windowing stateful     # or: persistent
+    python -m examples.storm_windowing sliding      # or: tuple-ts, stateful, persistent
 
-``tests/windowing/test_storm_windowing_examples.py`` runs both on the test driver and checks every
-emitted value against Storm's window rules computed independently.
+``tests/windowing/test_storm_windowing_examples.py`` runs them on the test driver and checks
+every emitted value against Storm's window rules computed independently.
 """
 
 from __future__ import annotations
 
+import logging
 import random
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
-from kstorm import BaseSink, BaseStatefulWindowedBolt, Fields, SinkBatch, TopologyBuilder, Values
+from kstorm import (
+    BaseSink,
+    BaseStatefulWindowedBolt,
+    BaseWindowedBolt,
+    Fields,
+    SinkBatch,
+    TopologyBuilder,
+    Values,
+)
 from kstorm.spout import BaseRichSpout
 from kstorm.windowing import Count, Duration, TimeUnit
 
 DAY_MS = 24 * 60 * 60 * 1000
+log = logging.getLogger(__name__)
 
 
 class RandomIntegerSpout(BaseRichSpout):
     """storm-starter's ``RandomIntegerSpout``: ``(value, ts, msgid)`` every 100 ms."""
 
     def __init__(self, limit: int | None = None, seed: int | None = None,
-                 sleep_ms: int = 100) -> None:
-        self.limit, self.seed, self.sleep_ms = limit, seed, sleep_ms
+                 sleep_ms: int = 100, clock: Callable[[], float] = time.time) -> None:
+        self.limit, self.seed, self.sleep_ms, self.clock = limit, seed, sleep_ms, clock
 
     def declare_output_fields(self, declarer: Any) -> None:
         """Storm's fields: the number, a timestamp a day back, the message id."""
@@ -58,7 +79,7 @@ class RandomIntegerSpout(BaseRichSpout):
             return
         time.sleep(self.sleep_ms / 1000)
         self.msg_id += 1
-        self.collector.emit(Values(self.rand.randrange(1000), int(time.time() * 1000) - DAY_MS,
+        self.collector.emit(Values(self.rand.randrange(1000), int(self.clock() * 1000) - DAY_MS,
                                    self.msg_id), self.msg_id)
 
     def ack(self, msg_id: Any) -> None:
@@ -66,6 +87,59 @@ class RandomIntegerSpout(BaseRichSpout):
 
     def fail(self, msg_id: Any) -> None:
         """Storm's spout logs "Got FAIL for msgId" at DEBUG."""
+
+
+class SlidingWindowSumBolt(BaseWindowedBolt):
+    """storm-starter's ``SlidingWindowSumBolt``: computes sliding window sum."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sum = 0
+
+    def prepare(self, conf: dict[str, Any], context: Any, collector: Any) -> None:
+        """Keep the collector."""
+        self.collector = collector
+
+    def execute(self, input_window: Any) -> None:
+        """Add the new tuples' values, subtract the expired ones', emit the sum."""
+        # The inputWindow gives a view of (a) all the events in the window, (b) events that
+        # expired since last activation of the window, (c) events that newly arrived since
+        # last activation of the window
+        tuples_in_window = input_window.get()
+        new_tuples = input_window.get_new()
+        expired_tuples = input_window.get_expired()
+        log.debug("Events in current window: %d", len(tuples_in_window))
+        for tuple_ in new_tuples:
+            self.sum += tuple_.get_value(0)
+        for tuple_ in expired_tuples:
+            self.sum -= tuple_.get_value(0)
+        self.collector.emit(Values(self.sum))
+
+    def declare_output_fields(self, declarer: Any) -> None:
+        """One field, ``sum``."""
+        declarer.declare(Fields("sum"))
+
+
+class TumblingWindowAvgBolt(BaseWindowedBolt):
+    """``SlidingWindowTopology.TumblingWindowAvgBolt``: computes tumbling window average."""
+
+    def prepare(self, conf: dict[str, Any], context: Any, collector: Any) -> None:
+        """Keep the collector."""
+        self.collector = collector
+
+    def execute(self, input_window: Any) -> None:
+        """The average of the window's values (all of them: it is a tumbling window)."""
+        total = 0
+        tuples_in_window = input_window.get()
+        log.debug("Events in current window: %d", len(tuples_in_window))
+        if len(tuples_in_window) > 0:
+            for tuple_ in tuples_in_window:
+                total += tuple_.get_value(0)
+            self.collector.emit(Values(total // len(tuples_in_window)))
+
+    def declare_output_fields(self, declarer: Any) -> None:
+        """One field, ``avg``."""
+        declarer.declare(Fields("avg"))
 
 
 class WindowSumBolt(BaseStatefulWindowedBolt):
@@ -136,6 +210,33 @@ class PrinterBolt(BaseSink):
             self.values.append(list(tuple_.values))
 
 
+def sliding_window(limit: int | None = None, seed: int | None = None,
+                   sleep_ms: int = 100) -> Any:
+    """``SlidingWindowTopology``'s topology."""
+    builder = TopologyBuilder()
+    builder.set_spout("integer", RandomIntegerSpout(limit, seed, sleep_ms), 1)
+    builder.set_bolt("slidingsum", SlidingWindowSumBolt().with_window(Count.of(30), Count.of(10)),
+                     1).shuffle_grouping("integer")
+    builder.set_bolt("tumblingavg", TumblingWindowAvgBolt().with_tumbling_window(Count.of(3)),
+                     1).shuffle_grouping("slidingsum")
+    builder.set_bolt("printer", PrinterBolt(), 1).shuffle_grouping("tumblingavg")
+    return builder.create_topology()
+
+
+def sliding_tuple_ts(limit: int | None = None, seed: int | None = None, sleep_ms: int = 100,
+                     clock: Callable[[], float] = time.time) -> Any:
+    """``SlidingTupleTsTopology``'s topology."""
+    builder = TopologyBuilder()
+    bolt = (SlidingWindowSumBolt()
+            .with_window(Duration(5, TimeUnit.SECONDS), Duration(3, TimeUnit.SECONDS))
+            .with_timestamp_field("ts")
+            .with_lag(Duration(5, TimeUnit.SECONDS)))
+    builder.set_spout("integer", RandomIntegerSpout(limit, seed, sleep_ms, clock), 1)
+    builder.set_bolt("slidingsum", bolt, 1).shuffle_grouping("integer")
+    builder.set_bolt("printer", PrinterBolt(), 1).shuffle_grouping("slidingsum")
+    return builder.create_topology()
+
+
 def stateful_windowing(limit: int | None = None, seed: int | None = None,
                        sleep_ms: int = 100) -> Any:
     """``StatefulWindowingTopology``'s topology."""
@@ -163,16 +264,18 @@ def persistent_windowing(limit: int | None = None, seed: int | None = None,
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run one of the two for ``limit`` tuples (100 ms apart) on local Spark."""
+    """Run one of the four for 150 tuples (100 ms apart) on local Spark."""
     import os
     import tempfile
 
     from kstorm import submit_topology
 
     which = (argv if argv is not None else sys.argv[1:]) or ["stateful"]
-    build = {"stateful": stateful_windowing, "persistent": persistent_windowing}.get(which[0])
+    build = {"sliding": sliding_window, "tuple-ts": sliding_tuple_ts,
+             "stateful": stateful_windowing, "persistent": persistent_windowing}.get(which[0])
     if build is None:
-        print("usage: python -m examples.storm_windowing stateful|persistent", file=sys.stderr)
+        print("usage: python -m examples.storm_windowing sliding|tuple-ts|stateful|persistent",
+              file=sys.stderr)
         return 2
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     with tempfile.TemporaryDirectory(prefix="kstorm-windowing-") as checkpoint:
