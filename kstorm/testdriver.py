@@ -59,10 +59,12 @@ Example:
 from __future__ import annotations
 
 import copy
+import itertools
 import logging
 import pickle
 import shutil
 import tempfile
+import weakref
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -135,6 +137,8 @@ from kstorm.windowing.durations import Duration
 from kstorm.windowing.sessions import bind_session_keys
 
 __all__ = ["TopologyTestDriver"]
+
+_DRIVER_SERIAL = itertools.count()  # each driver's state namespace: testdriver-<n>/<name>
 
 _KAFKA_META = ("topic", "partition", "offset", "kafka_key", "kafka_timestamp", "kafka_headers")
 
@@ -213,7 +217,10 @@ class TopologyTestDriver:
         self._windows: dict[tuple[str, int], _Window] = {}
         self._aggregates: dict[str, AggregateWindows] = {}
         self._offsets: Counter[tuple[str, str, int]] = Counter()
-        self._namespace = f"testdriver-{id(self):x}/{name}"
+        # unique in the process: ``id(self)`` is reused once a driver left unclosed is
+        # collected, and the next driver read the committed state it left behind
+        self._namespace = f"testdriver-{next(_DRIVER_SERIAL)}/{name}"
+        weakref.finalize(self, _forget_state, self._namespace)  # not closed: freed too
         self._tx = Transactions(self.settings.transaction_max_attempts, 0,
                                 self.settings.transaction_failure_policy, 0)
         self._closed = False
@@ -427,10 +434,7 @@ class TopologyTestDriver:
                 cleanup = getattr(bolt, "cleanup", None)
                 if cleanup is not None:
                     cleanup()
-        from kstorm.state import _MEMORY
-
-        for key in [k for k in _MEMORY if k.startswith(self._namespace)]:
-            del _MEMORY[key]
+        _forget_state(self._namespace)
 
     def __enter__(self) -> TopologyTestDriver:
         return self
@@ -1123,6 +1127,14 @@ class TopologyTestDriver:
         if self._closed:
             msg = "this TopologyTestDriver is closed"
             raise TopologyError(msg)
+
+
+def _forget_state(namespace: str) -> None:
+    """Drop the in-memory state a driver kept (at ``close()``, or once it is collected)."""
+    from kstorm.state import _MEMORY
+
+    for key in [k for k in _MEMORY if k.startswith(namespace + "/")]:
+        del _MEMORY[key]
 
 
 def _fresh(t: Tuple) -> Tuple:

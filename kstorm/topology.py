@@ -280,12 +280,14 @@ class TopologyBuilder:
             raise TopologyError(msg)
         streams = {cid: _declared_streams(cid, comp)
                    for cid, (comp, _, _) in self._components.items()}
-        for cid, (comp, _, is_spout) in self._components.items():
+        for cid, (comp, par, is_spout) in self._components.items():
             if not is_spout:
                 _check_inputs(cid, self._inputs[cid], streams, self._components)
                 own = getattr(comp, "check_subscriptions", None)  # e.g. JoinBolt's inputs
-                if own is not None:
-                    own(cid, list(self._inputs[cid]))
+                if own is not None:  # with the tasks it runs and its inputs' declared fields
+                    own(cid, list(self._inputs[cid]),
+                        parallelism=min(par, self._max_parallelism.get(cid, par)),
+                        declared=MappingProxyType(streams))
         order = _topological_order(self._components, self._inputs)
         specs = {
             cid: ComponentSpec(

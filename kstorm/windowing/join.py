@@ -35,7 +35,8 @@ from typing import Any
 from kstorm.bolt import BaseStatefulBolt
 from kstorm.component import TopologyContext
 from kstorm.errors import TopologyError
-from kstorm.tuple import Fields, Tuple
+from kstorm.grouping import Grouping, GroupingKind
+from kstorm.tuple import DEFAULT_STREAM, Fields, Tuple
 from kstorm.windowing.bolt import BaseWindowedBolt
 from kstorm.windowing.window import TupleWindow
 
@@ -86,6 +87,43 @@ class _Join:
     key: FieldSelector  # this input's join field
     prior: str | None = None  # the input it joins (None: the first)
     left: bool = False
+
+
+Declared = Mapping[str, Mapping[str, Fields]]  # component -> stream -> its declared fields
+
+
+def _check_key_field(bolt: str, what: str, key: FieldSelector, grouping: Grouping,
+                     declared: Declared) -> None:
+    """Refuse a join key naming a field the subscribed stream does not declare."""
+    fields = declared[grouping.component][grouping.stream]
+    if key.path[0] not in fields:
+        msg = (f"{bolt}: {what} joins on field {key.path[0]!r}, but stream "
+               f"{grouping.component}:{grouping.stream} declares fields {fields.to_list()}; "
+               "none of its tuples would join")
+        raise TopologyError(msg, hint="name a declared field as the join key")
+
+
+def _grouped_on(grouping: Grouping, key: FieldSelector) -> bool:
+    """Whether ``grouping`` is a fields grouping on exactly the (top-level) join field."""
+    return (grouping.kind is GroupingKind.FIELDS and len(key.path) == 1
+            and grouping.fields == Fields(key.path[0]))
+
+
+def _a(grouping: Grouping) -> str:
+    """``"a shuffle grouping of c:s"``, ``"an all grouping of c:s"``."""
+    text = str(grouping)
+    return f"{'an' if text[0] in 'aeiou' else 'a'} {text}"
+
+
+def _grouping_hint(key: FieldSelector, grouping: Grouping, rule: str) -> str:
+    """What to use instead: the fields grouping on the join field (or parallelism 1)."""
+    if len(key.path) > 1:
+        return (f"its join field {'.'.join(key.path)!r} is nested and no grouping routes by "
+                "it: copy it into a field of its own upstream and fields-group on that, or "
+                "run the bolt with parallelism 1")
+    stream = "" if grouping.stream == DEFAULT_STREAM else f", {grouping.stream!r}"
+    return (f"use fields_grouping({grouping.component!r}, Fields({key.path[0]!r}){stream}) "
+            f"({rule}), or run the bolt with parallelism 1")
 
 
 class JoinBolt(BaseWindowedBolt):
@@ -182,10 +220,25 @@ class JoinBolt(BaseWindowedBolt):
 
     # -- running -------------------------------------------------------------------------
 
-    def check_subscriptions(self, component_id: str, inputs: list[Any]) -> None:
-        """At ``create_topology``: every input the bolt subscribes to is part of the join."""
-        subscribed = {(g.component if self.selector is Selector.SOURCE else g.stream)
-                      for g in inputs}
+    def check_subscriptions(self, component_id: str, inputs: list[Grouping], *,
+                            parallelism: int, declared: Declared) -> None:
+        """At ``create_topology``: the inputs, their join fields and their groupings.
+
+        1. Every input the bolt subscribes to is part of the join, and every joined input is
+           subscribed to.
+        2. Each input's declared stream has its join field (else every tuple of it would
+           join nothing, silently).
+        3. With more than one task, each input is fields-grouped on exactly its join field
+           (or every input is global-grouped: all to one task). Storm's *Joining Streams*:
+           "Each of ``JoinBolt``'s incoming data streams must be Fields Grouped on a single
+           field. A stream should only be joined with the other streams using the field on
+           which it has been FieldsGrouped." and "Fields Grouping ensures the right tuples
+           are routed to the right instances of a Join Bolt. Consequently the
+           FieldsGrouping field must be same as the join field, for correct results."
+           An all grouping is refused too: every task would join every tuple, and emit each
+           joined row once per task.
+        """
+        subscribed = {self._input_name(g) for g in inputs}
         kind = self.selector.value
         extra = sorted(subscribed - set(self._joins))
         if extra:
@@ -198,6 +251,21 @@ class JoinBolt(BaseWindowedBolt):
             msg = (f"JoinBolt {component_id!r} joins {kind}s {missing} it does not subscribe "
                    f"to: add a grouping for each (a fields grouping on its join field)")
             raise TopologyError(msg)
+        for g in inputs:
+            _check_key_field(f"JoinBolt {component_id!r}", f"input {self._input_name(g)!r}",
+                             self._joins[self._input_name(g)].key, g, declared)
+        if parallelism > 1 and not all(g.kind is GroupingKind.GLOBAL for g in inputs):
+            for g in inputs:
+                key = self._joins[self._input_name(g)].key
+                if not _grouped_on(g, key):
+                    msg = (f"JoinBolt {component_id!r} runs {parallelism} tasks but its input "
+                           f"{self._input_name(g)!r} has {_a(g)}: a key's tuples of the other "
+                           "inputs may reach another task and their matches are missed; "
+                           + _grouping_hint(key, g, "every input on its join field"))
+                    raise TopologyError(msg)
+
+    def _input_name(self, grouping: Grouping) -> str:
+        return grouping.component if self.selector is Selector.SOURCE else grouping.stream
 
     def prepare(self, conf: dict[str, Any], context: TopologyContext, collector: Any) -> None:
         """Keep the collector."""
@@ -331,14 +399,57 @@ class TableJoinBolt(BaseStatefulBolt):
         """The selected fields."""
         declarer.declare(self.output_fields)
 
-    def check_subscriptions(self, component_id: str, inputs: list[Any]) -> None:
-        """At ``create_topology``: it reads exactly its stream and its table."""
+    def check_subscriptions(self, component_id: str, inputs: list[Grouping], *,
+                            parallelism: int, declared: Declared) -> None:
+        """At ``create_topology``: its two inputs, their key fields and their groupings.
+
+        1. It reads exactly its stream and its table.
+        2. The stream's declared fields have ``key``, the table's have ``table_key`` (else
+           every event or row would be ignored, silently: an inner join emits nothing).
+        3. With more than one task, a key's events and its row must meet on one task: both
+           inputs fields-grouped on their keys (as Storm's ``JoinBolt``: "Each of
+           ``JoinBolt``'s incoming data streams must be Fields Grouped on a single field"),
+           or the table all-grouped (every task holds the whole table) and the stream
+           grouped any way but all (an event joined on every task would be emitted once per
+           task), or both global-grouped (one task does it all).
+        """
+        bolt = f"TableJoinBolt {component_id!r}"
         subscribed = {g.component for g in inputs}
         if subscribed != {self.stream, self.table}:
-            msg = (f"TableJoinBolt {component_id!r} joins {self.stream!r} with table "
+            msg = (f"{bolt} joins {self.stream!r} with table "
                    f"{self.table!r} but subscribes to {sorted(subscribed)}: subscribe to "
                    f"both (a fields grouping on the key each), and to nothing else")
             raise TopologyError(msg)
+        for g in inputs:
+            role, key = self._role(g)
+            _check_key_field(bolt, f"{role} {g.component!r}", key, g, declared)
+        if parallelism == 1 or all(g.kind is GroupingKind.GLOBAL for g in inputs):
+            return
+        table_to_all = all(g.kind is GroupingKind.ALL for g in inputs
+                           if g.component == self.table)
+        for g in inputs:
+            role, key = self._role(g)
+            if table_to_all and g.component == self.table:
+                continue
+            if table_to_all and g.kind is not GroupingKind.ALL:
+                continue
+            if not table_to_all and _grouped_on(g, key):
+                continue
+            why = ("each event reaches every task and is joined on each"
+                   if g.kind is GroupingKind.ALL else
+                   "an event may reach a task that does not hold its key's row, and is "
+                   "not joined")
+            msg = (f"{bolt} runs {parallelism} tasks but its {role} {g.component!r} has "
+                   f"{_a(g)}: {why}; " + _grouping_hint(
+                       key, g, f"both inputs on their keys, or all_grouping({self.table!r})"
+                               " for the table and any other grouping for the stream"))
+            raise TopologyError(msg)
+
+    def _role(self, grouping: Grouping) -> tuple[str, FieldSelector]:
+        """``("table", table_key)`` or ``("stream", key)`` for a subscription."""
+        if grouping.component == self.table:
+            return "table", self.table_key
+        return "stream", self.key
 
     def init_state(self, state: Any) -> None:
         """The table's rows, by key."""

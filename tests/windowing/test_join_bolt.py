@@ -170,3 +170,77 @@ def test_mistakes_are_refused_with_what_to_do() -> None:
 
 def test_the_reference_windows_are_storm_s_end_inclusive_ones() -> None:
     assert [(-((-ts) // WINDOW)) for ts in (1, 10_000, 10_001)] == [1, 1, 2]
+
+
+def _joiner(parallelism: int, group: Any, bolt: JoinBolt | None = None,
+            users: list[list[Any]] | None = None, depts: list[list[Any]] | None = None
+            ) -> TopologyBuilder:
+    """spout1's ``users`` and spout2's ``depts`` (then a far tuple per key) into ``bolt``
+    (default: the inner join), each input wired by ``group(declarer, spout)``."""
+    users, depts = users or [[1, "ann", 1]], depts or [[1, "sales", 2]]
+    far = [[key, "far", FAR] for key in sorted({r[0] for r in users + depts})]
+    builder = TopologyBuilder()
+    builder.set_spout("spout1", ListSpout([users, far], Fields("id", "name", "ts")))
+    builder.set_spout("spout2", ListSpout([depts, far], Fields("id", "dept", "ts")))
+    joiner = builder.set_bolt("joiner", bolt or _bolt(), parallelism)
+    for spout in ("spout1", "spout2"):
+        group(joiner, spout)
+    return builder
+
+
+@pytest.mark.parametrize("grouping", ["shuffle", "all", "fields on another field"])
+def test_more_than_one_task_needs_every_input_fields_grouped_on_its_join_field(
+        grouping: str) -> None:
+    """Storm's *Joining Streams*: "Each of JoinBolt's incoming data streams must be Fields
+    Grouped on a single field" -- else a key's tuples of two inputs reach different tasks
+    and their match is missed, silently; an all grouping joins every tuple on every task."""
+    def group(joiner: Any, spout: str) -> None:
+        if spout == "spout1":
+            joiner.fields_grouping(spout, Fields("id"))
+        elif grouping == "shuffle":
+            joiner.shuffle_grouping(spout)
+        elif grouping == "all":
+            joiner.all_grouping(spout)
+        else:
+            joiner.fields_grouping(spout, Fields("dept"))
+    with pytest.raises(TopologyError) as refused:
+        _joiner(2, group).create_topology()
+    message = str(refused.value)
+    assert "JoinBolt 'joiner' runs 2 tasks but its input 'spout2'" in message
+    kind = {"fields on another field": "fields grouping of spout2:default on ['dept']"}.get(
+        grouping, f"{grouping} grouping of spout2:default")
+    assert kind in message
+    assert "use fields_grouping('spout2', Fields('id'))" in message
+    _joiner(1, group).create_topology()  # one task sees every tuple: fine
+
+
+def test_one_task_or_every_input_global_grouped_joins_every_match() -> None:
+    users, depts = _data(random.Random(3), 40)
+    expected = _reference(users, depts, left=False)
+    assert len(expected) > 10
+    for parallelism, how in ((3, "global_grouping"), (1, "shuffle_grouping")):
+        builder = _joiner(parallelism, lambda j, s, how=how: getattr(j, how)(s),
+                          users=users, depts=depts)
+        with TopologyTestDriver(builder.create_topology()) as driver:
+            driver.run()
+            assert sorted(map(tuple, driver.output("joiner")), key=repr) == expected
+
+
+def test_a_nested_join_field_needs_one_task_or_a_global_grouping() -> None:
+    bolt = (JoinBolt("spout1", "id").join("spout2", "id.sub", "spout1").select("name")
+            .with_tumbling_window(Duration.seconds(10)))
+    with pytest.raises(TopologyError, match=r"input 'spout2' has a fields grouping.*"
+                                            r"join field 'id.sub' is nested"):
+        _joiner(2, lambda j, s: j.fields_grouping(s, Fields("id")), bolt).create_topology()
+
+
+def test_a_join_field_its_input_does_not_declare_is_refused() -> None:
+    """Without the check every tuple of the input joins nothing, and an inner join emits
+    nothing at all (#42)."""
+    bolt = (JoinBolt("spout1", "id").join("spout2", "user_id", "spout1").select("name")
+            .with_tumbling_window(Duration.seconds(10)))
+    with pytest.raises(TopologyError) as refused:
+        _joiner(1, lambda j, s: j.shuffle_grouping(s), bolt).create_topology()
+    assert str(refused.value) == (
+        "JoinBolt 'joiner': input 'spout2' joins on field 'user_id', but stream "
+        "spout2:default declares fields ['id', 'dept', 'ts']; none of its tuples would join")

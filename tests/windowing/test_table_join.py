@@ -108,3 +108,91 @@ def test_mistakes_are_refused_at_create_topology() -> None:
         "clicks").shuffle_grouping("campaigns")
     with pytest.raises(TopologyError, match="call select"):
         builder.create_topology()
+
+
+def _enrich(parallelism: int, clicks: Any, campaigns: Any, *, key: str = "campaign_id",
+            table_key: str | None = None, left: bool = False) -> TopologyBuilder:
+    """clicks (user, campaign_id) and campaigns (campaign_id, owner) into ``enrich``; wire
+    each input with ``clicks(declarer)`` / ``campaigns(declarer)``."""
+    builder = TopologyBuilder()
+    builder.set_spout("clicks", ListSpout([[["ann", 1], ["bob", 2]]],
+                                          Fields("user", "campaign_id")))
+    builder.set_spout("campaigns", ListSpout([[[1, "acme"], [2, "globex"]]],
+                                             Fields("campaign_id", "owner")))
+    bolt = TableJoinBolt("clicks", "campaigns", key, table_key=table_key, left=left).select(
+        "user, campaigns:owner")
+    declarer = builder.set_bolt("enrich", bolt, parallelism)
+    clicks(declarer)
+    campaigns(declarer)
+    return builder
+
+
+@pytest.mark.parametrize(("key", "table_key", "input_", "field", "declared"), [
+    ("campaign", None, "stream 'clicks'", "campaign", "['user', 'campaign_id']"),
+    ("campaign_id", "id", "table 'campaigns'", "id", "['campaign_id', 'owner']"),
+])
+def test_a_key_field_its_input_does_not_declare_is_refused(
+        key: str, table_key: str | None, input_: str, field: str, declared: str) -> None:
+    """Without the check every event (or every row) is ignored: an inner join emits nothing
+    and nothing says why (#42)."""
+    builder = _enrich(1, lambda d: d.shuffle_grouping("clicks"),
+                      lambda d: d.shuffle_grouping("campaigns"), key=key, table_key=table_key)
+    with pytest.raises(TopologyError) as refused:
+        builder.create_topology()
+    stream = input_.split("'")[1]
+    assert str(refused.value) == (
+        f"TableJoinBolt 'enrich': {input_} joins on field {field!r}, but stream "
+        f"{stream}:default declares fields {declared}; none of its tuples would join")
+
+
+@pytest.mark.parametrize(("clicks", "campaigns", "culprit"), [
+    ("shuffle", "fields", "stream 'clicks' has a shuffle grouping of clicks:default"),
+    ("fields", "shuffle", "table 'campaigns' has a shuffle grouping of campaigns:default"),
+    ("fields", "global", "table 'campaigns' has a global grouping of campaigns:default"),
+    ("all", "all", "stream 'clicks' has an all grouping of clicks:default"),
+    ("all", "fields", "stream 'clicks' has an all grouping of clicks:default"),
+])
+def test_more_than_one_task_needs_a_key_s_events_and_row_on_one_task(
+        clicks: str, campaigns: str, culprit: str) -> None:
+    """As Storm's JoinBolt ("Each of JoinBolt's incoming data streams must be Fields Grouped
+    on a single field"): else an event reaches a task without its key's row."""
+    def wire(spout: str, how: str) -> Any:
+        if how == "fields":
+            return lambda d: d.fields_grouping(spout, Fields("campaign_id"))
+        return lambda d: getattr(d, f"{how}_grouping")(spout)
+    builder = _enrich(2, wire("clicks", clicks), wire("campaigns", campaigns))
+    with pytest.raises(TopologyError) as refused:
+        builder.create_topology()
+    message = str(refused.value)
+    assert message.startswith(f"TableJoinBolt 'enrich' runs 2 tasks but its {culprit}")
+    spout = culprit.split("'")[1]
+    assert f"use fields_grouping({spout!r}, Fields('campaign_id'))" in message
+    assert "or all_grouping('campaigns') for the table" in message
+    _enrich(1, wire("clicks", clicks), wire("campaigns", campaigns)).create_topology()
+
+
+@pytest.mark.parametrize("left", [False, True])
+@pytest.mark.parametrize(("clicks_by", "campaigns_by"), [
+    ("shuffle", "all"), ("fields", "all"), ("global", "global")])
+def test_a_table_all_grouped_to_every_task_or_all_global_joins_every_event(
+        left: bool, clicks_by: str, campaigns_by: str) -> None:
+    """Every task holding the whole table joins an event wherever it goes."""
+    rng = random.Random(11)
+    clicks = [[[f"u{rng.randint(0, 9)}", rng.randint(0, 5)] for _ in range(20)]
+              for _ in range(3)]
+    campaigns = [[[k, f"owner{k}"] for k in range(4)], [[1, "new1"], [2, None]], []]
+    builder = TopologyBuilder()
+    builder.set_spout("clicks", ListSpout(clicks, Fields("user", "campaign_id")))
+    builder.set_spout("campaigns", ListSpout(campaigns, Fields("campaign_id", "owner")))
+    declarer = builder.set_bolt("enrich", TableJoinBolt(
+        "clicks", "campaigns", "campaign_id", left=left).select(
+        "user, campaign_id, campaigns:owner"), 3)
+    for spout, how in (("clicks", clicks_by), ("campaigns", campaigns_by)):
+        if how == "fields":
+            declarer.fields_grouping(spout, Fields("campaign_id"))
+        else:
+            getattr(declarer, f"{how}_grouping")(spout)
+    with TopologyTestDriver(builder.create_topology()) as driver:
+        driver.run()
+        got = sorted(map(tuple, driver.output("enrich")), key=repr)
+    assert got == _reference(clicks, campaigns, left)
