@@ -832,10 +832,19 @@ def open_sinks(name: str, conf: dict[str, Any], settings: TopologyConfig,
 
 
 def _close_sinks(sinks: dict[str, BaseSink]) -> None:
-    """Close each sink once, in order, each even if one before it raised."""
-    with contextlib.ExitStack() as closing:
-        for sink in reversed(list(sinks.values())):
-            closing.callback(sink.close)
+    """Close the sinks in the order they opened; one that raises keeps none of the rest open.
+
+    The first error is raised once all were closed (a nested ExitStack would drop the
+    error that made the start fail from its ``__context__``).
+    """
+    failures: list[Exception] = []
+    for sink in sinks.values():
+        try:
+            sink.close()
+        except Exception as exc:  # noqa: BLE001 - raised below, once the rest are closed
+            failures.append(exc)
+    if failures:
+        raise failures[0]
 
 
 def _dead_letter_connection(topology: StormTopology, settings: TopologyConfig) -> Any:

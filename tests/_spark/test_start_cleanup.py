@@ -27,10 +27,11 @@ class ClosingSink(CaptureSink):
 
     events: ClassVar[list[tuple[str, str]]] = []
 
-    def __init__(self, label: str, fail_open: bool = False) -> None:
+    def __init__(self, label: str, fail_open: bool = False, fail_close: bool = False) -> None:
         super().__init__()
         self.label = label
         self.fail_open = fail_open
+        self.fail_close = fail_close
 
     def open(self, context: Any) -> None:
         if self.fail_open:
@@ -39,6 +40,8 @@ class ClosingSink(CaptureSink):
 
     def close(self) -> None:
         self.events.append(("close", self.label))
+        if self.fail_close:
+            raise OSError(f"sink {self.label!r} cannot close")
 
 
 class Spark:
@@ -147,6 +150,16 @@ def test_a_sink_that_cannot_open_closes_the_ones_opened_before_it(
         _start(tmp_path, ClosingSink("a"), ClosingSink("b", fail_open=True))
     assert ClosingSink.events == [("open", "a"), ("close", "a")]
     assert not (tmp_path / "ck").exists()
+
+
+def test_a_sink_that_cannot_close_does_not_keep_the_next_one_open(
+        spark: Spark, tmp_path: Path) -> None:
+    spark.start_fails = True
+    with pytest.raises(OSError, match="'a' cannot close") as info:
+        _start(tmp_path, ClosingSink("a", fail_close=True), ClosingSink("b"))
+    assert "writer.start failed" in str(info.value.__context__)  # what made the start fail
+    assert ClosingSink.events == TWO_SINKS
+    _assert_let_go(tmp_path / "ck")
 
 
 def test_a_refused_start_keeps_a_checkpoint_that_was_there(
