@@ -1,20 +1,13 @@
 """Start a topology on Spark: the steps from a validated topology to a running query.
 
-1. Validate the configuration into :class:`TopologyConfig` (what flows from here on) and
-   give every Kafka spout its connection (the topology's ``kafka.*`` settings under the
-   spout's own).
-2. Compile the topology into stages (``kstorm/_runtime/plan.py``).
-3. Open the sinks (declarations copied; ``open`` builds their clients).
-4. Reconcile the checkpoint with the sinks' records (``kstorm/_runtime/reconcile.py``):
-   maybe move a stale checkpoint aside or run its last batch again, record the txid base,
-   and start the spouts (and windowed state) where the sink stopped. Whether the sinks'
-   commit overlaps the next batch is decided here (``overlap.py``).
-5. Build the streaming DataFrames (``compiler.py``) and the commit phase (``commit.py``),
-   and start the query: ``foreachBatch`` with the checkpoint and the trigger.
+:func:`start` takes them top to bottom (lock, recover, check, plan, launch), one function
+each; its docstring numbers them. Everything a step opens is entered in one
+:class:`contextlib.ExitStack`, so a step that raises leaves nothing open behind it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import logging
@@ -22,6 +15,7 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, cast
@@ -59,32 +53,359 @@ log = logging.getLogger("kstorm")
 
 
 def start(name: str, conf: dict[str, Any], topology: StormTopology) -> TopologyHandle:
-    """Compile ``topology`` and start it as one Spark streaming query (module docstring)."""
-    # Step 1
+    """Compile ``topology`` and start it as one Spark streaming query.
+
+    1. Lock: validate the configuration, compile the topology into stages
+       (``kstorm/_runtime/plan.py``) and take the checkpoint's lock (:func:`_lock`).
+    2. Recover: open the sinks and reconcile the checkpoint with their records
+       (``kstorm/_runtime/reconcile.py``): maybe move a stale checkpoint aside or run its last
+       batch again, settle the state providers at the same txid, record the txid base, and
+       start the spouts where the sink stopped (:func:`_recover`).
+    3. Check: refuse Spark settings the checkpoint would override, and an acking timeout a
+       window cannot meet (:func:`_check`).
+    4. Plan: build the streaming DataFrames (``compiler.py``), the commit phase
+       (``commit.py``) and the query's ``foreachBatch`` writer (:func:`_plan`).
+    5. Launch: start the query, and hand it and what the start opened to a
+       :class:`TopologyHandle` (:func:`_launch`).
+
+    One :class:`contextlib.ExitStack` holds everything the steps open: the lock, the sinks,
+    the session's settings, the planners' registration, the dead-letter producer, the
+    metrics server, the read planner started ahead. If a step raises, the stack closes what was
+    opened so far, once each and latest first, and lets the lock go (a refused start leaves
+    no checkpoint behind). Once the query runs, the stack goes with the handle: the commit
+    phase closes the sinks, the handle the metrics server, and stopping releases the lock.
+    """
+    with contextlib.ExitStack() as opened:
+        # Step 1
+        run = _lock(name, conf, topology, opened)
+        # Step 2
+        recovered = _recover(run, opened)
+        # Step 3
+        acking = _check(run, recovered.topology)
+        # Step 4
+        ready = _plan(run, recovered, acking, opened)
+        # Step 5
+        return _launch(run, recovered, ready, opened)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Locked:
+    """Step 1's result: the validated start and its locked checkpoint."""
+
+    name: str
+    conf: dict[str, Any]
+    settings: TopologyConfig
+    topology: StormTopology  # its Kafka spouts carry their connection
+    plan: Any  # the stages (kstorm/_runtime/plan.py)
+    checkpoint: Path
+    layout: CheckpointLayout
+    lock: CheckpointLock
+    existed: bool  # whether the checkpoint directory existed before the lock was taken
+
+
+@dataclasses.dataclass(frozen=True)
+class _Recovered:
+    """Step 2's result: the open sinks, and where the topology resumes."""
+
+    topology: StormTopology  # its Kafka spouts start where the resumed sink stopped
+    sinks: dict[str, BaseSink]
+    missing_topics: dict[str, list[str]]  # spout id -> topics that do not exist yet
+    refused: list[str]  # why the sinks may not commit while the next batch runs
+    resume: reconcile.Resume
+    states: StateBook | None
+    resumed_state: dict[str, Any]  # the resumed sink's stored state ({} without one)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Ready:
+    """Step 4's result: the query's writer, ready to start, and what it runs with."""
+
+    spark: Any
+    compiled: Any
+    commit: CommitPhase
+    metrics: Any
+    writer: Any
+    overlapped: bool  # kstorm.commit.overlap: the sinks commit while the next batch runs
+    end_planning: Callable[[], None]  # ends the planners' registration (planners.planning)
+    session: contextlib.ExitStack  # puts the session's settings back once the query started
+
+
+def _lock(name: str, conf: dict[str, Any], topology: StormTopology,
+          opened: contextlib.ExitStack) -> _Locked:
+    """Step 1: validate the configuration, compile the stages and lock the checkpoint.
+
+    Every Kafka spout gets its connection (the topology's ``kafka.*`` settings under the
+    spout's own). ``opened`` lets the lock go when the topology stops, or if a later step
+    raises; then a checkpoint directory the lock created is removed too.
+    """
     settings = TopologyConfig.from_conf(conf)
     if settings.debug:
         _show_debug_log()
     start_zygote(settings)  # imports pyspark for Spark's Python processes meanwhile
     topology = with_connections(topology, settings)
     _check_transactional(topology, settings)
-    # Step 2
     plan = compile_plan(topology, tick_periods(topology, settings.tick_tuple_freq_secs))
     checkpoint = settings.checkpoint_for(topology.transactional_id or name)
-    layout = CheckpointLayout(checkpoint)
     _check_checkpoint_writable(checkpoint, settings)
     existed = checkpoint.exists()  # before the lock's file makes the directory
     lock = CheckpointLock.acquire(checkpoint, name)
-    try:
-        handle = _start_locked(name, conf, topology, settings, plan, checkpoint, layout, lock,
-                               existed=existed)
-    except BaseException:
-        lock.release(discard=not existed)  # a refused start leaves no checkpoint behind
-        raise
-    return handle
+    opened.push(_lock_release(lock, existed=existed))
+    return _Locked(name, conf, settings, topology, plan, checkpoint,
+                   CheckpointLayout(checkpoint), lock, existed)
 
 
-def _check_tick_source(name: str, plan: Any, checkpoint: Path, layout: CheckpointLayout,
-                       sinks: dict[str, Any]) -> None:
+def _lock_release(lock: CheckpointLock, *, existed: bool) -> Callable[..., bool]:
+    """An exit callback letting ``lock`` go: a refused start leaves no checkpoint behind."""
+
+    def release(exc_type: type[BaseException] | None, *_: object) -> bool:
+        lock.release(discard=exc_type is not None and not existed)
+        return False
+
+    return release
+
+
+def _on_failure(opened: contextlib.ExitStack, undo: Callable[[], object]) -> None:
+    """Have ``opened`` call ``undo`` only when it unwinds on an exception (a failed start).
+
+    What a started topology keeps open is closed by its handle instead (:func:`start`).
+    """
+
+    def undo_on_failure(exc_type: type[BaseException] | None, *_: object) -> bool:
+        if exc_type is not None:
+            undo()
+        return False
+
+    opened.push(undo_on_failure)
+
+
+def _recover(run: _Locked, opened: contextlib.ExitStack) -> _Recovered:
+    """Step 2: open the sinks and settle where the topology resumes.
+
+    The spouts' brokers must answer first (:func:`_check_kafka_spouts`). The checkpoint is
+    reconciled with the sinks' records (:func:`_reconcile`); a resume from a sink that would
+    reset state held only in the checkpoint is refused, and so is a change to the tick
+    source. The state providers' state is settled at the txid the topology resumes after, a
+    checkpoint it does not continue is moved aside, and the txid base recorded.
+    """
+    missing_topics = _check_kafka_spouts(run.topology, run.settings.topics_must_exist)
+    sinks = open_sinks(run.name, run.conf, run.settings, run.topology, run.plan.sinks, opened)
+    resume, last_batch, refused = _reconcile(run, sinks)
+    if resume.from_sink is not None:
+        _check_state_survives(run.name, run.topology, run.plan, run.checkpoint, resume,
+                              run.settings, existed=run.existed)
+    _check_tick_source(run.name, run.plan, run.checkpoint, run.layout)
+    states = _recover_states(run.name, run.conf, run.settings, run.topology, run.plan, resume,
+                             last_batch, run.layout.txid_base())
+    resumed_state = sinks[resume.from_sink].committed_state() if resume.from_sink else {}
+    if resume.reset_checkpoint and run.layout.move_aside() is not None:
+        run.lock.follow(run.name)
+    run.layout.set_txid_base(resume.txid_base)
+    topology = _resume_spouts(run, resume, resumed_state)
+    return _Recovered(topology, sinks, missing_topics, refused, resume, states, resumed_state)
+
+
+def _reconcile(run: _Locked, sinks: dict[str, BaseSink]
+               ) -> tuple[reconcile.Resume, int | None, list[str]]:
+    """Where the topology starts, from the checkpoint and the sinks' records.
+
+    Whether the sinks' commit may overlap the next batch is decided here (``overlap.py``):
+    it says whether the checkpoint's last batch may run again. A batch Spark recorded and
+    the sinks did not commit runs again from its logged offsets; a first batch that never
+    committed is planned again (:func:`_plan_first_batch_again`).
+
+    Returns:
+        The resume, the checkpoint's last committed batch id, and the overlap's refusals.
+    """
+    name, checkpoint, layout = run.name, run.checkpoint, run.layout
+    records = {sid: sink.committed_offsets() for sid, sink in sinks.items()
+               if sink.records_offsets}
+    last_batch = last_committed_batch(checkpoint)
+    refused = overlap.refusals(run.topology, run.plan, run.settings, sinks)
+    overlap.check(name, run.settings, refused)
+    resume = reconcile.decide(last_batch, layout.txid_base(), run.existed, records,
+                              replayable=not refused)
+    resume = reconcile.numbered_from_one(
+        resume, transactional=run.topology.transactional_id is not None,
+        last_batch=last_batch, base_recorded=layout.txid_base_path.exists())
+    if resume.replay_last is not None:
+        removed = replay_last_batch(checkpoint, resume.replay_last)
+        log.warning("topology %r: batch %s (txid %s) runs again from its logged offsets: Spark "
+                    "had recorded it, its sinks had not committed it (removed %s)", name,
+                    resume.replay_last, resume.txid_base + resume.replay_last, removed)
+    if (last_batch is None and resume.from_sink is None and not resume.reset_checkpoint
+            and next_batch_id(checkpoint) > 0 and _keeps_spark_state(run.plan, run.settings)):
+        _plan_first_batch_again(run)
+    return resume, last_batch, refused
+
+
+def _plan_first_batch_again(run: _Locked) -> None:
+    """A topology stopped during its very first batch: plan it again.
+
+    Spark refuses to run batch 0 again for a query with state operators (its offsets log
+    must then be empty). Nothing of it was committed anywhere, so it is planned again from
+    the spouts' starting offsets; a free-form spout's logged batches move back: they are
+    replayed as logged (its spout emitted them once, and may not emit them again).
+    """
+    log.warning("topology %r: its first batch never committed (stopped during it); "
+                "planning it again from the spouts' starting offsets", run.name)
+    stale = run.layout.move_aside()
+    if stale is not None:
+        run.lock.follow(run.name)
+        _keep_spout_logs(CheckpointLayout(stale), run.layout)
+
+
+def _resume_spouts(run: _Locked, resume: reconcile.Resume,
+                   resumed_state: dict[str, Any]) -> StormTopology:
+    """The topology, its Kafka spouts starting where the sink it resumes from stopped.
+
+    At least once, a spout starts at its lowest un-acked offset the sink recorded instead.
+    """
+    if resume.from_sink is None:
+        return run.topology
+    log.warning("topology %r resumes from sink %r at txid %s", run.name, resume.from_sink,
+                resume.txid_base)
+    offsets = resume.offsets
+    if run.settings.guarantee is Guarantee.AT_LEAST_ONCE and UNACKED_STATE in resumed_state:
+        offsets = lowest_unacked(offsets, resumed_state[UNACKED_STATE])
+    return _start_spouts_at(run.topology, offsets)
+
+
+def _check(run: _Locked, topology: StormTopology) -> Any:
+    """Step 3: refuse what the query could not keep to, before Spark starts it.
+
+    A Spark setting the checkpoint would override (:func:`check_checkpoint_conf`); at least
+    once with ackers, a window that outlives a tuple's timeout
+    (``kstorm/_runtime/plan.py``).
+
+    Returns:
+        The acking plan (at least once with ackers), else None.
+    """
+    settings = run.settings
+    check_checkpoint_conf(run.checkpoint, settings)
+    if not (settings.guarantee is Guarantee.AT_LEAST_ONCE and settings.ackers_enabled):
+        return None
+    acking = acking_plan(topology, run.plan, n_ackers=settings.acker_executors or 1,
+                         timeout_ms=settings.message_timeout_secs * 1000)
+    if acking is not None:
+        check_window_timeouts(topology, acking, lambda spout: settings.spout_max_pending(
+            topology.components[spout].conf))
+    return acking
+
+
+def _plan(run: _Locked, recovered: _Recovered, acking: Any,
+          opened: contextlib.ExitStack) -> _Ready:
+    """Step 4: the streaming DataFrames, the commit phase and the query's writer.
+
+    The session takes the topology's settings until the query has started (``session``
+    puts them back), and Spark's planner processes are kept until it has planned
+    (``end_planning``: :func:`_release_planners_when_planned`).
+    """
+    spark, restore = session_for(run.settings, app_name=run.name)
+    session = opened.enter_context(contextlib.ExitStack())
+    session.callback(restore)  # closed once the query started (Step 5), or the start failed
+    end_planning = planners.planning()  # no planner is stopped until this query has planned
+    _on_failure(opened, end_planning)
+    overlapped = overlap.enabled(run.name, run.settings, recovered.refused,
+                                 spark.sparkContext.master)
+    compiled = compile_query(spark, recovered.topology, run.plan, run.name, run.conf,
+                             run.settings, run.layout,
+                             window_seeds=dict(recovered.resumed_state), acking=acking,
+                             txid_base=recovered.resume.txid_base)
+    commit = _commit_phase(run, recovered, acking, overlapped, opened)
+    metrics = _metrics_server(run.name, commit, run.settings)
+    if metrics is not None:
+        _on_failure(opened, metrics.close)
+    writer = _writer(run, spark, compiled, commit)
+    return _Ready(spark, compiled, commit, metrics, writer, overlapped, end_planning, session)
+
+
+def _commit_phase(run: _Locked, recovered: _Recovered, acking: Any, overlapped: bool,
+                  opened: contextlib.ExitStack) -> CommitPhase:
+    """The batch's commit phase, its native windows seeded from the resumed sink's state."""
+    topology = recovered.topology
+    windows = {s.head: WindowCommit(s.head, topology.components[s.head].component.spec(),
+                                    run.layout)
+               for s in run.plan.stages if s.native_window}
+    for component, window in windows.items():
+        snapshot = recovered.resumed_state.get(window_state_key(component))
+        if snapshot is not None:
+            window.seed(snapshot)
+    reliability = (SpoutReliability(topology, acking, run.layout) if acking is not None
+                   else None)
+    dead_letters = DeadLetterWriter(run.name, _dead_letter_connection(topology, run.settings),
+                                    run.settings.dead_letter_topic or f"{run.name}.dead-letters",
+                                    max_bytes=run.settings.dead_letter_max_bytes)
+    _on_failure(opened, dead_letters.close)
+    return CommitPhase(topology, run.name, run.checkpoint, run.settings, recovered.sinks,
+                       recovered.resume.txid_base, Progress(), dead_letters, windows,
+                       reliability, run.plan, run.conf, recovered.states, overlap=overlapped)
+
+
+def _writer(run: _Locked, spark: Any, compiled: Any, commit: CommitPhase) -> Any:
+    """The query's ``foreachBatch`` writer, with the checkpoint and the trigger."""
+    writer = foreach_batch(compiled.output.writeStream, spark, commit)
+    writer = writer.option("checkpointLocation", str(run.checkpoint)).queryName(run.name)
+    if run.settings.trigger is TriggerMode.AVAILABLE_NOW:
+        return writer.trigger(availableNow=True)
+    return writer.trigger(processingTime=f"{run.settings.trigger_interval_ms} milliseconds")
+
+
+def _launch(run: _Locked, recovered: _Recovered, ready: _Ready,
+            opened: contextlib.ExitStack) -> TopologyHandle:
+    """Step 5: start the query, and hand it with what the start opened to its handle.
+
+    Spark's read planner starts ahead meanwhile (cancelled if the query does not start).
+    Once the query runs, ``opened`` goes to the handle's stop (:func:`_on_stop`).
+    """
+    name, settings = run.name, run.settings
+    if ready.overlapped:
+        log.info("topology %r: each batch's sinks commit while the next batch runs "
+                 "(kstorm.commit.overlap)", name)
+    workers_note = settings.workers_note()
+    if workers_note is not None:
+        log.info("topology %r: %s", name, workers_note)
+    log.info("starting topology %r (%d stages) checkpoint=%s", name, len(run.plan.stages),
+             run.checkpoint)
+    query_failed = threading.Event()
+    _on_failure(opened, query_failed.set)
+    read_planner = planners.start_read_planner(ready.spark, cancel=query_failed)
+    query = ready.writer.start()
+    _on_failure(opened, query.stop)
+    ready.session.close()  # the query copied the session's settings when it started
+    ready.commit.on_failure = query.stop  # a sink commit that failed after its batch returned
+    if recovered.missing_topics:
+        _watch_missing_topics(name, recovered.topology, recovered.missing_topics, query)
+    _release_planners_when_planned(name, ready.spark, query, settings.release_planners
+                                   and speedups.enabled("planners"),
+                                   after=read_planner, planned=ready.end_planning)
+    run.lock.running = lambda: bool(query.isActive)
+    on_stop = _on_stop(name, ready, opened.pop_all())
+    return TopologyHandle(name, query, ready.commit, settings, ready.metrics,
+                          on_stop=on_stop)
+
+
+def _on_stop(name: str, ready: _Ready, owned: contextlib.ExitStack) -> Callable[[], None]:
+    """What the handle calls once the query stopped: the bolts' cleanup, then ``owned``.
+
+    ``owned`` is what the start opened (:func:`start`); closing it releases the lock.
+    """
+
+    def on_stop() -> None:
+        try:
+            release_instances(ready.spark, ready.compiled.run)
+        except Exception as exc:
+            if not (lost_jvm(exc) or spark_stopped(ready.spark)):
+                raise
+            log.info("topology %r: its bolts' cleanup did not run: Spark had stopped already "
+                     "(a signal sent to the whole process group stops Spark's JVM too)", name)
+        finally:
+            owned.close()
+
+    return on_stop
+
+
+def _check_tick_source(name: str, plan: Any, checkpoint: Path, layout: CheckpointLayout
+                       ) -> None:
     """Refuse to turn tick tuples on or off over a checkpoint Spark has planned batches in.
 
     Tick tuples are a Spark source of their own (``tick_source.py``); Spark cannot continue
@@ -94,8 +415,6 @@ def _check_tick_source(name: str, plan: Any, checkpoint: Path, layout: Checkpoin
     ticking = sorted(s.head for s in plan.stages if s.tick_secs is not None)
     recorded = layout.ticks()
     if next_batch_id(checkpoint) > 0 and bool(recorded) != bool(ticking):
-        for sink in sinks.values():
-            sink.close()
         was = f"with tick tuples (bolts {recorded})" if recorded else "without tick tuples"
         now = f"bolts {ticking} tick" if ticking else "no bolt ticks"
         msg = (f"topology {name!r}: its checkpoint {checkpoint} was started {was}, and now "
@@ -104,154 +423,6 @@ def _check_tick_source(name: str, plan: Any, checkpoint: Path, layout: Checkpoin
         raise TopologyError(msg, hint="put the setting back, or start the topology from a "
                             "new kstorm.checkpoint.dir")
     layout.set_ticks(ticking)
-
-
-def _start_locked(name: str, conf: dict[str, Any], topology: StormTopology,
-                  settings: TopologyConfig, plan: Any, checkpoint: Path,
-                  layout: CheckpointLayout, lock: CheckpointLock, *,
-                  existed: bool) -> TopologyHandle:
-    """:func:`start` once this driver holds the checkpoint's lock (released when it stops).
-
-    ``existed``: whether the checkpoint directory existed before the lock was taken.
-    """
-    missing_topics = _check_kafka_spouts(topology, settings.topics_must_exist)
-    # Step 3
-    sinks = open_sinks(name, conf, settings, topology, plan.sinks)
-    # Step 4
-    records = {sid: sink.committed_offsets() for sid, sink in sinks.items()
-               if sink.records_offsets}
-    last_batch = last_committed_batch(checkpoint)
-    refused = overlap.refusals(topology, plan, settings, sinks)
-    try:
-        overlap.check(name, settings, refused)
-    except BaseException:
-        for sink in sinks.values():
-            sink.close()
-        raise
-    resume = reconcile.decide(last_batch, layout.txid_base(), existed, records,
-                              replayable=not refused)
-    resume = reconcile.numbered_from_one(
-        resume, transactional=topology.transactional_id is not None, last_batch=last_batch,
-        base_recorded=layout.txid_base_path.exists())
-    if resume.replay_last is not None:
-        removed = replay_last_batch(checkpoint, resume.replay_last)
-        log.warning("topology %r: batch %s (txid %s) runs again from its logged offsets: Spark "
-                    "had recorded it, its sinks had not committed it (removed %s)", name,
-                    resume.replay_last, resume.txid_base + resume.replay_last, removed)
-    if (last_batch is None and resume.from_sink is None and not resume.reset_checkpoint
-            and next_batch_id(checkpoint) > 0 and _keeps_spark_state(plan, settings)):
-        # Stopped during its very first batch: Spark refuses to run batch 0 again for a
-        # query with state operators (its offsets log must then be empty). Nothing of it
-        # was committed anywhere, so plan it again from the spouts' starting offsets; a
-        # free-form spout's logged batches move back: they are replayed as logged (its
-        # spout emitted them once, and may not emit them again).
-        log.warning("topology %r: its first batch never committed (stopped during it); "
-                    "planning it again from the spouts' starting offsets", name)
-        stale = layout.move_aside()
-        if stale is not None:
-            lock.follow(name)
-            _keep_spout_logs(CheckpointLayout(stale), layout)
-    if resume.from_sink is not None:
-        _check_state_survives(name, topology, plan, checkpoint, resume, sinks, settings,
-                              existed=existed)
-    _check_tick_source(name, plan, checkpoint, layout, sinks)
-    states = _recover_states(name, conf, settings, topology, plan, resume, last_batch,
-                             layout.txid_base(), sinks)
-    resumed_state = sinks[resume.from_sink].committed_state() if resume.from_sink else {}
-    if resume.reset_checkpoint and layout.move_aside() is not None:
-        lock.follow(name)
-    layout.set_txid_base(resume.txid_base)
-    if resume.from_sink is not None:
-        log.warning("topology %r resumes from sink %r at txid %s", name, resume.from_sink,
-                    resume.txid_base)
-        offsets = resume.offsets
-        if settings.guarantee is Guarantee.AT_LEAST_ONCE and UNACKED_STATE in resumed_state:
-            offsets = lowest_unacked(offsets, resumed_state[UNACKED_STATE])
-        topology = _start_spouts_at(topology, offsets)
-    try:
-        check_checkpoint_conf(checkpoint, settings)
-    except BaseException:
-        for sink in sinks.values():
-            sink.close()
-        raise
-    # Step 5
-    acking = None
-    if settings.guarantee is Guarantee.AT_LEAST_ONCE and settings.ackers_enabled:
-        acking = acking_plan(topology, plan, n_ackers=settings.acker_executors or 1,
-                             timeout_ms=settings.message_timeout_secs * 1000)
-        if acking is not None:
-            check_window_timeouts(topology, acking, lambda spout: settings.spout_max_pending(
-                topology.components[spout].conf))
-    spark, restore = session_for(settings, app_name=name)  # restore: once the query started
-    planned = planners.planning()  # no planner is stopped until this query has planned
-    try:
-        overlapped = overlap.enabled(name, settings, refused, spark.sparkContext.master)
-        compiled = compile_query(spark, topology, plan, name, conf, settings, layout,
-                                 window_seeds=dict(resumed_state), acking=acking,
-                                 txid_base=resume.txid_base)
-        windows = {s.head: WindowCommit(s.head, topology.components[s.head].component.spec(),
-                                        layout)
-                   for s in plan.stages if s.native_window}
-        for component, window in windows.items():
-            snapshot = resumed_state.get(window_state_key(component))
-            if snapshot is not None:
-                window.seed(snapshot)
-        reliability = (SpoutReliability(topology, acking, layout) if acking is not None else None)
-        dead_letters = DeadLetterWriter(name, _dead_letter_connection(topology, settings),
-                                        settings.dead_letter_topic or f"{name}.dead-letters",
-                                        max_bytes=settings.dead_letter_max_bytes)
-        commit = CommitPhase(topology, name, checkpoint, settings, sinks, resume.txid_base,
-                             Progress(), dead_letters, windows, reliability, plan, conf, states,
-                             overlap=overlapped)
-        metrics = _metrics_server(name, commit, settings)
-        writer = foreach_batch(compiled.output.writeStream, spark, commit)
-        writer = writer.option("checkpointLocation", str(checkpoint)).queryName(name)
-        if settings.trigger is TriggerMode.AVAILABLE_NOW:
-            writer = writer.trigger(availableNow=True)
-        else:
-            writer = writer.trigger(processingTime=f"{settings.trigger_interval_ms} milliseconds")
-        if overlapped:
-            log.info("topology %r: each batch's sinks commit while the next batch runs "
-                     "(kstorm.commit.overlap)", name)
-        workers_note = settings.workers_note()
-        if workers_note is not None:
-            log.info("topology %r: %s", name, workers_note)
-        log.info("starting topology %r (%d stages) checkpoint=%s", name, len(plan.stages),
-                 checkpoint)
-        query_failed = threading.Event()
-        read_planner = planners.start_read_planner(spark, cancel=query_failed)
-        try:
-            query = writer.start()
-        except BaseException:
-            query_failed.set()
-            if metrics is not None:
-                metrics.close()
-            raise
-    except BaseException:
-        planned()
-        raise
-    finally:
-        restore()
-    commit.on_failure = query.stop  # a sink commit that failed after its batch returned
-    if missing_topics:
-        _watch_missing_topics(name, topology, missing_topics, query)
-    _release_planners_when_planned(name, spark, query, settings.release_planners
-                                   and speedups.enabled("planners"),
-                                   after=read_planner, planned=planned)
-    lock.running = lambda: bool(query.isActive)
-
-    def on_stop() -> None:
-        try:
-            release_instances(spark, compiled.run)
-        except Exception as exc:
-            if not (lost_jvm(exc) or spark_stopped(spark)):
-                raise
-            log.info("topology %r: its bolts' cleanup did not run: Spark had stopped already "
-                     "(a signal sent to the whole process group stops Spark's JVM too)", name)
-        finally:
-            lock.release()
-
-    return TopologyHandle(name, query, commit, settings, metrics, on_stop=on_stop)
 
 
 def _keep_spout_logs(stale: CheckpointLayout, layout: CheckpointLayout) -> None:
@@ -275,7 +446,6 @@ def _metrics_server(name: str, commit: CommitPhase, settings: TopologyConfig) ->
         server = MetricsServer(name, commit.progress, lambda: commit.dead_letters.count,
                                settings.metrics_port, highs=_high_watermarks(commit.topology))
     except OSError as exc:
-        commit.close()
         msg = (f"topology {name!r}: cannot serve metrics on port {settings.metrics_port}: "
                f"{exc.strerror or exc}")
         raise ConfigError(msg, hint="set kstorm.metrics.port to a free port (0 picks one)"
@@ -489,8 +659,7 @@ def _keeps_spark_state(plan: Any, settings: TopologyConfig) -> bool:
 
 def _recover_states(name: str, conf: dict[str, Any], settings: TopologyConfig,
                     topology: StormTopology, plan: Any, resume: reconcile.Resume,
-                    last_batch: int | None, txid_base: int, sinks: dict[str, BaseSink]
-                    ) -> StateBook | None:
+                    last_batch: int | None, txid_base: int) -> StateBook | None:
     """Stateful bolts' state in a provider: settled at the txid the topology resumes after.
 
     The last committed txid is the sink's when resuming from it, none when starting over,
@@ -498,36 +667,31 @@ def _recover_states(name: str, conf: dict[str, Any], settings: TopologyConfig,
     """
     stateful = [stage.head for stage in plan.stages if stage.stateful]
     windowed = provider_windows(plan)
-    try:
-        _check_init_empty(name, settings, stateful + windowed)
-        if settings.state_provider == "spark" or not (stateful or windowed):
-            return None
-        if settings.state_provider == "memory":
-            msg = (f"topology {name!r}: topology.state.provider = memory keeps state in one "
-                   f"process, but Spark runs the stateful and windowed bolts "
-                   f"{stateful + windowed} in Python workers apart from the driver, which "
-                   "commits it: nothing would be kept")
-            raise ConfigError(msg, hint="use topology.state.provider = redis (durable) or "
-                              "spark; the memory provider is for in-process tests")
-        provider = settings.state_provider_instance()
-        check = getattr(provider, "check", None)
-        if callable(check):
-            check()
-        book = StateBook(topology, name, conf, provider, stateful, settings.state_provider,
-                         windowed)
-        if resume.from_sink is not None:
-            last, where = resume.txid_base - 1, f"sink {resume.from_sink!r}'s record"
-        elif resume.reset_checkpoint:
-            last, where = None, "a start over from the spouts' starting offsets"
-        elif last_batch is not None:
-            last, where = txid_base + last_batch, "the checkpoint"
-        else:
-            last, where = (txid_base - 1 if txid_base > 0 else None), "the checkpoint"
-        book.recover(last, init_empty=settings.state_init_empty, where=where)
-    except BaseException:
-        for sink in sinks.values():
-            sink.close()
-        raise
+    _check_init_empty(name, settings, stateful + windowed)
+    if settings.state_provider == "spark" or not (stateful or windowed):
+        return None
+    if settings.state_provider == "memory":
+        msg = (f"topology {name!r}: topology.state.provider = memory keeps state in one "
+               f"process, but Spark runs the stateful and windowed bolts "
+               f"{stateful + windowed} in Python workers apart from the driver, which "
+               "commits it: nothing would be kept")
+        raise ConfigError(msg, hint="use topology.state.provider = redis (durable) or "
+                          "spark; the memory provider is for in-process tests")
+    provider = settings.state_provider_instance()
+    check = getattr(provider, "check", None)
+    if callable(check):
+        check()
+    book = StateBook(topology, name, conf, provider, stateful, settings.state_provider,
+                     windowed)
+    if resume.from_sink is not None:
+        last, where = resume.txid_base - 1, f"sink {resume.from_sink!r}'s record"
+    elif resume.reset_checkpoint:
+        last, where = None, "a start over from the spouts' starting offsets"
+    elif last_batch is not None:
+        last, where = txid_base + last_batch, "the checkpoint"
+    else:
+        last, where = (txid_base - 1 if txid_base > 0 else None), "the checkpoint"
+    book.recover(last, init_empty=settings.state_init_empty, where=where)
     return book
 
 
@@ -577,8 +741,7 @@ def state_only_in_checkpoint(topology: StormTopology, plan: Any,
 
 
 def _check_state_survives(name: str, topology: StormTopology, plan: Any, checkpoint: Any,
-                          resume: reconcile.Resume, sinks: dict[str, BaseSink],
-                          settings: TopologyConfig | None = None, *,
+                          resume: reconcile.Resume, settings: TopologyConfig | None = None, *,
                           existed: bool = True) -> None:
     """Refuse to resume from a sink when state held only in the checkpoint would be reset.
 
@@ -587,8 +750,6 @@ def _check_state_survives(name: str, topology: StormTopology, plan: Any, checkpo
     lost = state_only_in_checkpoint(topology, plan, settings)
     if not lost:
         return
-    for sink in sinks.values():
-        sink.close()
     why = "is missing" if not existed else "is behind the sink"
     listed = "; ".join(f"{c!r} ({what})" for c, what in sorted(lost.items()))
     msg = (f"topology {name!r} cannot resume from sink {resume.from_sink!r} at txid "
@@ -650,9 +811,16 @@ def _check_transactional(topology: StormTopology, settings: TopologyConfig) -> N
 
 
 def open_sinks(name: str, conf: dict[str, Any], settings: TopologyConfig,
-               topology: StormTopology, sink_ids: list[str]) -> dict[str, BaseSink]:
-    """Driver-side copies of the topology's sinks, opened (their clients built)."""
+               topology: StormTopology, sink_ids: list[str],
+               opened: contextlib.ExitStack) -> dict[str, BaseSink]:
+    """Driver-side copies of the topology's sinks, opened (their clients built).
+
+    If the start fails (``opened`` unwinds on an exception), the sinks opened so far are
+    closed, in the order they opened; once the topology runs, its commit phase closes them
+    (:meth:`CommitPhase.close`).
+    """
     sinks: dict[str, BaseSink] = {}
+    _on_failure(opened, lambda: _close_sinks(sinks))
     for sid in sink_ids:
         spec = topology.components[sid]
         sink = cast(BaseSink, copy.deepcopy(spec.component))
@@ -661,6 +829,22 @@ def open_sinks(name: str, conf: dict[str, Any], settings: TopologyConfig,
         sink.open(context)
         sinks[sid] = sink
     return sinks
+
+
+def _close_sinks(sinks: dict[str, BaseSink]) -> None:
+    """Close the sinks in the order they opened; one that raises keeps none of the rest open.
+
+    The first error is raised once all were closed (a nested ExitStack would drop the
+    error that made the start fail from its ``__context__``).
+    """
+    failures: list[Exception] = []
+    for sink in sinks.values():
+        try:
+            sink.close()
+        except Exception as exc:  # noqa: BLE001 - raised below, once the rest are closed
+            failures.append(exc)
+    if failures:
+        raise failures[0]
 
 
 def _dead_letter_connection(topology: StormTopology, settings: TopologyConfig) -> Any:
