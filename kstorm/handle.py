@@ -32,6 +32,7 @@ class TopologyHandle:
         self.settings = settings
         self._metrics = metrics
         self._on_stop = on_stop  # lets the bolt instances go (cleanup()) once stopped
+        self._closed = False  # _finished ran: the sinks are closed
 
     @property
     def metrics_url(self) -> str | None:
@@ -122,12 +123,17 @@ class TopologyHandle:
         except Exception as exc:  # the query's own failure, re-raised by Spark on stop
             log.debug("topology %r stopped after failing: %s", self.name, failure(self.name, exc))
         self._finished()
-        if self._metrics is not None:
+        if self._metrics is not None:  # kept after the end until now: the final figures
             self._metrics.close()
             self._metrics = None
 
     def _finished(self) -> None:
-        """Once stopped: close the commit phase; the bolts' ``cleanup`` runs in the workers."""
+        """Once stopped (whichever of ``await_termination`` and ``stop`` sees it first): close
+        the commit phase; the bolts' ``cleanup`` runs in the workers.
+        """
+        if self._closed:
+            return
+        self._closed = True
         self._commit.close()
         on_stop, self._on_stop = self._on_stop, None
         if on_stop is not None:

@@ -68,7 +68,8 @@ class Spark:
     def start(self) -> Any:
         if self.start_fails:
             raise RuntimeError("writer.start failed")
-        return SimpleNamespace(isActive=True, stop=lambda: self.events.append("query.stop"))
+        return SimpleNamespace(isActive=True, stop=lambda: self.events.append("query.stop"),
+                               awaitTermination=lambda *_: True, recentProgress=[])
 
 
 @pytest.fixture
@@ -182,4 +183,15 @@ def test_a_started_topology_closes_its_sinks_once_when_it_stops(
     handle.stop()
     assert ClosingSink.events == TWO_SINKS
     assert spark.events == ["restore", "query.stop"]
+    CheckpointLock.acquire(tmp_path / "ck", "next").release()
+
+
+def test_a_topology_that_ended_closes_its_sinks_once_though_stopped_after(
+        spark: Spark, tmp_path: Path) -> None:
+    """``await_termination`` saw the end, then the user calls ``stop()`` as well."""
+    handle = _start(tmp_path, ClosingSink("a"), ClosingSink("b"))
+    assert handle.await_termination(1)
+    assert ClosingSink.events == TWO_SINKS
+    handle.stop()
+    assert ClosingSink.events == TWO_SINKS
     CheckpointLock.acquire(tmp_path / "ck", "next").release()
