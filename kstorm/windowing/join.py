@@ -103,6 +103,22 @@ def _check_key_field(bolt: str, what: str, key: FieldSelector, grouping: Groupin
         raise TopologyError(msg, hint="name a declared field as the join key")
 
 
+def _check_selected(bolt: str, selectors: tuple[FieldSelector, ...],
+                    inputs: Mapping[str, Grouping], declared: Declared) -> None:
+    """Refuse a selected field that no input it may come from declares (always ``None``)."""
+    for selector in selectors:
+        names = [selector.input] if selector.input is not None else sorted(inputs)
+        streams = [inputs[n] for n in names if n in inputs]
+        if any(selector.path[0] in declared[g.component][g.stream] for g in streams):
+            continue
+        offered = {f"{g.component}:{g.stream}": declared[g.component][g.stream].to_list()
+                   for g in streams}
+        msg = (f"{bolt}: select names field {selector.path[0]!r}, which "
+               f"{'its input' if selector.input is not None else 'none of its inputs'} "
+               f"declares ({offered}); every joined row would hold None there")
+        raise TopologyError(msg, hint="select a declared field (input:field)")
+
+
 def _grouped_on(grouping: Grouping, key: FieldSelector) -> bool:
     """Whether ``grouping`` is a fields grouping on exactly the (top-level) join field."""
     return (grouping.kind is GroupingKind.FIELDS and len(key.path) == 1
@@ -227,7 +243,8 @@ class JoinBolt(BaseWindowedBolt):
         1. Every input the bolt subscribes to is part of the join, and every joined input is
            subscribed to.
         2. Each input's declared stream has its join field (else every tuple of it would
-           join nothing, silently).
+           join nothing, silently), and every selected field is declared by an input it
+           may come from (else it would always be ``None``).
         3. With more than one task, each input is fields-grouped on exactly its join field
            (or every input is global-grouped: all to one task). Storm's *Joining Streams*:
            "Each of ``JoinBolt``'s incoming data streams must be Fields Grouped on a single
@@ -254,6 +271,8 @@ class JoinBolt(BaseWindowedBolt):
         for g in inputs:
             _check_key_field(f"JoinBolt {component_id!r}", f"input {self._input_name(g)!r}",
                              self._joins[self._input_name(g)].key, g, declared)
+        _check_selected(f"JoinBolt {component_id!r}", self._select,
+                        {self._input_name(g): g for g in inputs}, declared)
         if parallelism > 1 and not all(g.kind is GroupingKind.GLOBAL for g in inputs):
             for g in inputs:
                 key = self._joins[self._input_name(g)].key
@@ -405,7 +424,8 @@ class TableJoinBolt(BaseStatefulBolt):
 
         1. It reads exactly its stream and its table.
         2. The stream's declared fields have ``key``, the table's have ``table_key`` (else
-           every event or row would be ignored, silently: an inner join emits nothing).
+           every event or row would be ignored, silently: an inner join emits nothing), and
+           every selected field is declared by an input it may come from.
         3. With more than one task, a key's events and its row must meet on one task: both
            inputs fields-grouped on their keys (as Storm's ``JoinBolt``: "Each of
            ``JoinBolt``'s incoming data streams must be Fields Grouped on a single field"),
@@ -423,6 +443,7 @@ class TableJoinBolt(BaseStatefulBolt):
         for g in inputs:
             role, key = self._role(g)
             _check_key_field(bolt, f"{role} {g.component!r}", key, g, declared)
+        _check_selected(bolt, self._select, {g.component: g for g in inputs}, declared)
         if parallelism == 1 or all(g.kind is GroupingKind.GLOBAL for g in inputs):
             return
         table_to_all = all(g.kind is GroupingKind.ALL for g in inputs

@@ -244,3 +244,18 @@ def test_a_join_field_its_input_does_not_declare_is_refused() -> None:
     assert str(refused.value) == (
         "JoinBolt 'joiner': input 'spout2' joins on field 'user_id', but stream "
         "spout2:default declares fields ['id', 'dept', 'ts']; none of its tuples would join")
+
+
+@pytest.mark.parametrize(("select", "culprit"), [
+    ("spout1:name, spout2:title", "field 'title', which its input declares "
+     "({'spout2:default': ['id', 'dept', 'ts']})"),
+    ("id, salary", "field 'salary', which none of its inputs declares"),
+])
+def test_a_selected_field_no_input_declares_is_refused(select: str, culprit: str) -> None:
+    """Without the check the field is None in every joined row, and nothing says why."""
+    bolt = (JoinBolt("spout1", "id").join("spout2", "id", "spout1").select(select)
+            .with_tumbling_window(Duration.seconds(10)))
+    with pytest.raises(TopologyError) as refused:
+        _joiner(1, lambda j, s: j.shuffle_grouping(s), bolt).create_topology()
+    assert str(refused.value).startswith(f"JoinBolt 'joiner': select names {culprit}")
+    assert str(refused.value).endswith("every joined row would hold None there")

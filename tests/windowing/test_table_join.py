@@ -196,3 +196,16 @@ def test_a_table_all_grouped_to_every_task_or_all_global_joins_every_event(
         driver.run()
         got = sorted(map(tuple, driver.output("enrich")), key=repr)
     assert got == _reference(clicks, campaigns, left)
+
+
+def test_a_selected_field_neither_input_declares_is_refused() -> None:
+    """A typo in ``select`` would give None in every enriched event, silently."""
+    builder = TopologyBuilder()
+    builder.set_spout("clicks", ListSpout([[["ann", 1]]], Fields("user", "campaign_id")))
+    builder.set_spout("campaigns", ListSpout([[[1, "acme"]]], Fields("campaign_id", "owner")))
+    bolt = TableJoinBolt("clicks", "campaigns", "campaign_id").select("user, campaigns:ownr")
+    builder.set_bolt("enrich", bolt).shuffle_grouping("clicks").shuffle_grouping("campaigns")
+    with pytest.raises(TopologyError, match=r"select names field 'ownr', which its input "
+                                            r"declares \(\{'campaigns:default': "
+                                            r"\['campaign_id', 'owner'\]\}\)"):
+        builder.create_topology()
