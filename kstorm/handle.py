@@ -128,8 +128,9 @@ class TopologyHandle:
             self._metrics = None
 
     def _finished(self) -> None:
-        """Once stopped (whichever of ``await_termination`` and ``stop`` sees it first): close
-        the commit phase; the bolts' ``cleanup`` runs in the workers.
+        """Once stopped: close the commit phase; the bolts' ``cleanup`` runs in the workers.
+
+        Runs once, from whichever of ``await_termination`` and ``stop`` sees the end first.
         """
         if self._closed:
             return
