@@ -129,17 +129,30 @@ def arrival_order(stamped: Sequence[tuple[Tuple, int]]) -> list[tuple[Tuple, int
     """
     origins: dict[tuple[Any, ...], list[tuple[Any, int, tuple[Tuple, int]]]] = {}
     for i, pair in enumerate(stamped):
-        origin, position = arrival_key(pair[0], i)
-        origins.setdefault(origin, []).append((position, i, pair))
+        mid = pair[0].message_id
+        if type(mid) is tuple and len(mid) == 3:  # (arrival_key's first case, inline)
+            origin: tuple[Any, ...] = (0, str(mid[0]), "", mid[1])
+            position: Any = mid[2]
+        else:
+            origin, position = arrival_key(pair[0], i)
+        entries = origins.get(origin)
+        if entries is None:
+            entries = origins[origin] = []
+        entries.append((position, i, pair))
+
     def run(origin: tuple[Any, ...]) -> list[tuple[Tuple, int]]:
         entries = origins[origin]
         if origin[0] == 2:  # no order carried: by timestamp, then values
-            return [p for _, _, p in sorted(entries, key=lambda e: (e[2][1], e[0], e[1]))]
-        return [p for _, _, p in sorted(entries, key=lambda e: (e[0], e[1]))]
+            entries.sort(key=lambda e: (e[2][1], e[0], e[1]))
+        elif any(entries[j][0] > entries[j + 1][0] for j in range(len(entries) - 1)):
+            entries.sort(key=lambda e: (e[0], e[1]))
+        return [e[2] for e in entries]
 
     if len(origins) == 1:
         return run(next(iter(origins)))
     runs = [run(o) for o in sorted(origins)]
+    if all(r[j][1] <= r[j + 1][1] for r in runs for j in range(len(r) - 1)):
+        return sorted((p for r in runs for p in r), key=lambda p: p[1])  # (stable: a merge)
     return list(heapq.merge(*runs, key=lambda pair: pair[1]))
 
 
@@ -267,11 +280,12 @@ class WindowedTask:
         """Run one micro-batch at processing time ``now_ms`` (steps 1-4)."""
         stamped = self._stamp(tuples, now_ms, out)
         manager, tracker, store = self.manager, self.tracker, self.store
-        late = self._late_by_stream(stamped) if tracker is not None else None
+        late, streams = (self._late_by_stream(stamped) if tracker is not None
+                         else (None, None))
         joined: dict[str, int] = {}  # a stream's first tuples below fired windows: count
         for i, (tuple_, ts) in enumerate(stamped):
             if tracker is not None:
-                stream = stream_of(tuple_)
+                stream = streams[i]  # type: ignore[index]
                 if tracker.latest(stream) is None and tracker.watermark is not None:
                     joined.setdefault(stream, 0)
                 tracker.track(stream, ts, now_ms)
@@ -322,25 +336,25 @@ class WindowedTask:
             done.update((id(t), t) for t in tracked if id(t) not in held)
         return list(done.values())
 
-    def _late_by_stream(self, stamped: list[tuple[Tuple, int]]) -> list[bool]:
-        """Step 3's stream rule: late iff ts < (latest of its stream before it) - lag."""
+    def _late_by_stream(self, stamped: list[tuple[Tuple, int]]
+                        ) -> tuple[list[bool], list[str]]:
+        """Step 3's stream rule: late iff ts < (latest of its stream before it) - lag.
+
+        ``stamped`` is in arrival order (step 2). Also returns each tuple's stream.
+        """
         assert self.tracker is not None
-        lag = self.tracker.lag
-        by_stream: dict[str, list[int]] = {}
-        for i, (tuple_, _) in enumerate(stamped):
-            by_stream.setdefault(stream_of(tuple_), []).append(i)
-        late = [False] * len(stamped)
-        for stream, idx in by_stream.items():
-            mids = [stamped[i][0].message_id for i in idx]
-            if all(is_kafka_id(m) for m in mids):  # arrival order: the partition's offsets
-                idx = [i for _, i in sorted(zip((m[2] for m in mids), idx, strict=True))]
-            running = self.tracker.latest(stream)
-            for i in idx:
-                ts = stamped[i][1]
-                if running is not None and ts < running - lag:
-                    late[i] = True
-                running = ts if running is None else max(running, ts)
-        return late
+        lag, latest = self.tracker.lag, self.tracker.latest
+        running: dict[str, int | None] = {}
+        late, streams = [False] * len(stamped), [""] * len(stamped)
+        for i, (tuple_, ts) in enumerate(stamped):
+            stream = streams[i] = stream_of(tuple_)
+            top = running[stream] if stream in running else latest(stream)
+            if top is None or ts > top:
+                running[stream] = ts
+            else:
+                running[stream] = top
+                late[i] = ts < top - lag
+        return late, streams
 
     def tick(self, now_ms: int, out: WindowOutput) -> None:
         """Time moved to ``now_ms``: fire the windows that closed (no new tuples)."""
