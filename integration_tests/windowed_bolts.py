@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kstorm import BaseStatefulWindowedBolt, BaseWindowedBolt, Fields
+from kstorm import BaseBasicBolt, BaseStatefulWindowedBolt, BaseWindowedBolt, Fields
 from kstorm.bolt import OutputCollector
 from kstorm.component import OutputFieldsDeclarer, TopologyContext
 from kstorm.state import KeyValueState
@@ -88,3 +88,29 @@ class ValueWindows(BaseWindowedBolt):
         """One tuple per window."""
         self.collector.emit([",".join(str(t.get_value_by_field("value"))
                                       for t in window.get())])
+
+
+class Relay(BaseBasicBolt):
+    """Passes on each Kafka event's identity: ``partition * 10**9 + offset``."""
+
+    def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
+        declarer.declare(Fields("id"))
+
+    def execute(self, tuple_: Any, collector: Any) -> None:
+        collector.emit([tuple_.get_integer_by_field("partition") * 10**9
+                        + tuple_.get_integer_by_field("offset")])
+
+
+class RelayWindows(BaseWindowedBolt):
+    """Emits the id of every tuple of each window (a sink counts each id's windows)."""
+
+    def prepare(self, conf: dict[str, Any], context: TopologyContext,
+                collector: OutputCollector) -> None:
+        self.collector = collector
+
+    def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
+        declarer.declare(Fields("id"))
+
+    def execute(self, window: TupleWindow) -> None:
+        for tuple_ in window.get():
+            self.collector.emit([tuple_.get_value(0)], [tuple_])
