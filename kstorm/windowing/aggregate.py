@@ -500,7 +500,8 @@ class AggregateWindows:
         if self.closed is not None:
             # Rows below the watermark sessions closed at might belong to a closed session:
             # late, never a second result. (A stream's clock starts there, so the stream
-            # rule marks such rows late on the executors first; this only guards.)
+            # rule marks such rows late on the executors first; this only guards, a whole
+            # piece at a time: an executor without the clocks is the only way here.)
             kept = []
             for t in batch_partials:
                 if t.num_rows:

@@ -376,3 +376,16 @@ def test_a_late_partition_cannot_close_a_session_again(tmp_path: Path) -> None:
     fired, state = commit.commit(1, [payload([("t/1", 6), ("t/1", 120)], clocks)])
     assert fired == [] and state.late == 1  # 6 would have joined the closed [0, 18]
     assert state.watermark == 95
+
+
+def test_pieces_below_the_closed_watermark_are_late_without_clocks() -> None:
+    # an executor that knew no stream clock sends a row that would join a closed session
+    spec = _aggregate(10, None, 5).spec()
+    windows = AggregateWindows(spec)
+    first = pa.table({"id": ["1", "2"], "key": ["a", "a"], "ts": [0, 100], "value": [1, 1]})
+    assert windows.results(windows.advance([partials(first, spec)], {"t/0": 100})) == [
+        ["a", 0, 10, 1, 1, 1, 1, 1]]
+    again = pa.table({"id": ["3", "4"], "key": ["a", "a"], "ts": [5, 120], "value": [1, 1]})
+    closed = windows.advance([partials(again, spec)], {"t/1": 120})
+    assert windows.results(closed) == [] and windows.late == 1
+    assert windows.open is not None and windows.open.column("__first").to_pylist() == [100, 120]
