@@ -346,10 +346,12 @@ def test_the_test_driver_runs_aggregate_sessions_as_a_session_bolt() -> None:
 @given(_scenario())
 def test_driver_aggregate_sessions_equal_the_session_bolt(scenario: Any) -> None:
     lag, gap, top, partitions, order, cuts = scenario
-    rows = [t.values for t in _events(partitions[:1], order)]  # one list spout: one stream
+    events = _events(partitions[:1], order)  # one list spout: one stream
+    rows = [t.values for t in events]
     bounds = [0, *sorted(c for c in cuts if c < len(rows)), len(rows)]
     batches = [rows[a:b] for a, b in zip(bounds, bounds[1:], strict=False) if b > a]
     agg, bolt, agg_late, bolt_late = _driver_outputs(gap, top, lag, batches)
+    assert sorted(agg) == sorted(list(s) for s in _reference(events, gap, top, lag))
     assert sorted(agg) == sorted(bolt)
     assert agg_late == bolt_late
 
