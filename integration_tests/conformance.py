@@ -8,7 +8,7 @@ their ``task_index`` make the comparison cover task placement too.
 
 Example:
     >>> sorted(TOPOLOGIES)[:2]
-    ['acking_failures', 'batch_and_committer']
+    ['acking_failures', 'aggregate']
 """
 
 from __future__ import annotations
@@ -47,6 +47,16 @@ EVENTS = [  # (id, key, ts ms, value): the last batch has a late event (ts 1_000
     [(3, "a", 12_000, 4), (4, "b", 15_500, 5), (5, "c", 19_000, 6)],
     [(6, "a", 23_000, 7), (7, "c", 26_000, 8), (8, "a", 1_000, 100)],
     [(9, "b", 41_000, 9)],
+]
+
+SESSION_EVENTS = [  # (id, key, ts ms, value) for sessions with gap 5 s, max 6 s, lag 10 s
+    [(0, "a", 1_000, 1), (1, "b", 2_000, 2), (2, "a", 4_000, 3), (3, "a", 12_000, 4)],
+    # 8 s bridges a's [1 s, 4 s] and [12 s]; the run is then cut at 1 s + max: [1, 4], [8, 12]
+    [(4, "a", 8_000, 5), (5, "c", 9_000, 6), (6, "b", 30_000, 7)],
+    # 2.5 s is late; 48 s is past 40 s + max: a new session
+    [(7, "a", 2_500, 100), (8, "c", 31_000, 8), (9, "a", 40_000, 9), (10, "a", 44_000, 1),
+     (11, "a", 48_000, 2)],
+    [(12, "b", 90_000, 3)],
 ]
 
 
@@ -321,6 +331,20 @@ def aggregate(directory: str) -> Built:
     return b.create_topology(), {}
 
 
+def aggregate_sessions(directory: str) -> Built:
+    b = TopologyBuilder()
+    b.set_spout("events", ListSpout(SESSION_EVENTS, Fields("id", "key", "ts", "value")))
+    b.set_bolt("sessions", WindowedAggregate(
+        key="key", count=Agg.count(), total=Agg.sum("value"), mean=Agg.mean("value"),
+        distinct=Agg.count_distinct("value"), top=Agg.top_k("value", 2))
+               .with_session_window(Duration.seconds(5), Duration.seconds(6))
+               .with_timestamp_field("ts").with_lag(Duration.seconds(10))
+               .with_late_tuple_stream("late"), 2).fields_grouping("events", Fields("key"))
+    b.set_bolt("sessions-out", CaptureSink()).shuffle_grouping("sessions")
+    b.set_bolt("late-out", CaptureSink()).shuffle_grouping("sessions", "late")
+    return b.create_topology(), {}
+
+
 def stateful_windows(directory: str) -> Built:
     from windowed_bolts import CountingWindows
 
@@ -395,7 +419,8 @@ def free_form_failures(directory: str) -> Built:
 
 TOPOLOGIES: dict[str, Callable[[str], Built]] = {
     f.__name__: f for f in (word_count, task_placement, streams, dead_letters, count_windows,
-                            event_time_windows, aggregate, stateful_windows, retried_batch,
+                            event_time_windows, aggregate, aggregate_sessions,
+                            stateful_windows, retried_batch,
                             given_up_batch, batch_and_committer, acking_failures,
                             list_replays, free_form_failures)
 }

@@ -30,6 +30,11 @@ Semantics (seed 004, Storm's ``WindowedBoltExecutor``):
   stream's order, never on how it was cut into batches, so replays and restarts agree.
 - The watermark is the minimum over input streams of ``latest - lag``; a window is evaluated
   once the watermark passes its end, windows with no tuples are skipped.
+
+With ``with_session_window(gap, max_duration=None)`` the windows are sessions per key, with
+the session windowed bolt's rules, computed by :mod:`kstorm.windowing.session_aggregate`:
+partials per (key, piece of a session) on executors, sessions merged and closed in the
+commit phase, emitted as ``(*key, session_start, session_end, *aggregates)``.
 """
 
 from __future__ import annotations
@@ -48,8 +53,16 @@ from kstorm.component import OutputFieldsDeclarer
 from kstorm.errors import ConfigError
 from kstorm.tuple import Fields
 from kstorm.windowing.builder import WindowedBoltConfigMixin
-from kstorm.windowing.config import LATE_TUPLE_FIELD
+from kstorm.windowing.config import LATE_TUPLE_FIELD, WindowConfig
 from kstorm.windowing.durations import Duration
+from kstorm.windowing.session_aggregate import (
+    END,
+    FIRST,
+    LAST,
+    MERGE_HOW,
+    fold_sessions,
+    session_partials,
+)
 from kstorm.windowing.value_counts import (
     count_values,
     counter_fields,
@@ -61,7 +74,6 @@ from kstorm.windowing.value_counts import (
     values_column,
 )
 
-END = "__end"
 _KINDS = ("count", "sum", "min", "max", "mean", "count_distinct", "top_k")
 _COUNTED = ("count_distinct", "top_k")  # aggregates computed from a value counter
 
@@ -159,7 +171,10 @@ class WindowedAggregate(WindowedBoltConfigMixin, BaseRichBolt):
     """A windowed bolt computing built-in aggregates per key and window, vectorized.
 
     Emits ``(*key, window_start, window_end, *aggregates)`` once per non-empty window, in
-    window-end order, when the watermark passes the window's end. Its output goes to sinks
+    window-end order, when the watermark passes the window's end; with
+    ``with_session_window(gap, max_duration=None)``, ``(*key, session_start, session_end,
+    *aggregates)`` once per session, when the watermark passes its end (the rules of
+    :mod:`kstorm.windowing.sessions`). Its output goes to sinks
     (it runs in the commit phase); late tuples are counted, or emitted on the stream given to
     :meth:`with_late_tuple_stream` with the original tuple's values in ``late_tuple``.
 
@@ -190,10 +205,16 @@ class WindowedAggregate(WindowedBoltConfigMixin, BaseRichBolt):
 
     def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
         """Key fields, window bounds, aggregates; and the late-tuple stream if configured."""
-        declarer.declare(Fields(*self.key, "window_start", "window_end", *self.aggregates))
+        declarer.declare(Fields(*self.key, *self._bounds(), *self.aggregates))
         late = self._window_settings().get("late_tuple_stream")
         if late:
             declarer.declare_stream(late, Fields(LATE_TUPLE_FIELD))
+
+    def _bounds(self) -> tuple[str, str]:
+        """The output fields of a window's bounds."""
+        if self._window_settings().get("session_gap") is not None:
+            return ("session_start", "session_end")
+        return ("window_start", "window_end")
 
     def spec(self) -> AggregateSpec:
         """The validated plan of this aggregation."""
@@ -211,10 +232,7 @@ class WindowedAggregate(WindowedBoltConfigMixin, BaseRichBolt):
             raise ConfigError(msg, hint="remove with_watermark_interval, or set "
                               "kstorm.trigger.interval.ms; a BaseWindowedBolt honours it")
         if cfg.is_session:
-            msg = (f"{type(self).__name__} does not support session windows yet: its "
-                   "windows are compiled to Arrow operations on fixed bounds")
-            raise ConfigError(msg, hint="write a BaseWindowedBolt with "
-                              "with_session_window(gap) and aggregate in execute(window)")
+            return self._session_spec(cfg)
         if not isinstance(cfg.window_length, Duration) or not isinstance(
                 cfg.sliding_interval, Duration):
             msg = (
@@ -226,6 +244,24 @@ class WindowedAggregate(WindowedBoltConfigMixin, BaseRichBolt):
                              cfg.sliding_interval.ms, cfg.lag.ms,
                              tuple(self.aggregates.items()), cfg.late_tuple_stream,
                              cfg.boundaries == "start-inclusive")
+
+    def _session_spec(self, cfg: WindowConfig) -> AggregateSpec:
+        """The spec of session windows (``with_session_window``): per key of ``key``."""
+        name = type(self).__name__
+        if cfg.session_key_fields is not None and tuple(cfg.session_key_fields) != tuple(
+                self.key):
+            msg = (f"{name}: sessions are per key of key={self.key!r}; "
+                   f"with_session_window(key_fields={list(cfg.session_key_fields)!r}) differs")
+            raise ConfigError(msg, hint="leave key_fields out (the aggregate's key is used)")
+        clash = set(self.key) & {"session_start", "session_end"}
+        if clash:
+            msg = f"{name} output names {sorted(clash)} are used twice"
+            raise ConfigError(msg)
+        gap = cfg.session_gap.ms  # type: ignore[union-attr]  # (set: cfg.is_session)
+        top = cfg.session_max_duration
+        return AggregateSpec(tuple(self.key), cfg.timestamp_field or "", gap, gap, cfg.lag.ms,
+                             tuple(self.aggregates.items()), cfg.late_tuple_stream,
+                             gap_ms=gap, max_ms=None if top is None else top.ms)
 
     def execute(self, tuple_: Any) -> None:  # pragma: no cover - compiled, never called
         """Not called: the runtime compiles this bolt to Arrow operations."""
@@ -244,6 +280,13 @@ class AggregateSpec:
     aggregates: tuple[tuple[str, Agg], ...]
     late_stream: str | None = None
     start_inclusive: bool = False  # window bounds: start <= ts < end (else Storm's)
+    gap_ms: int | None = None  # session windows: the gap (length_ms/slide_ms unused then)
+    max_ms: int | None = None  # session windows: the max duration, if any
+
+    @property
+    def is_session(self) -> bool:
+        """Whether the windows are sessions (``with_session_window``)."""
+        return self.gap_ms is not None
 
     def partial_columns(self) -> list[tuple[str, str, str]]:
         """(partial column, input field, Arrow hash aggregate) for each scalar partial."""
@@ -317,7 +360,9 @@ def window_ends(ts: np.ndarray, length_ms: int, slide_ms: int, start_inclusive: 
 
 
 def partials(table: pa.Table, spec: AggregateSpec) -> pa.Table:
-    """Reduce on-time rows to one partial row per (key, window end)."""
+    """Reduce on-time rows to one partial row per (key, window end) (sessions: per piece)."""
+    if spec.is_session:
+        return session_partials(table, spec)
     ts = table.column(spec.ts_field).cast(pa.int64()).to_numpy(zero_copy_only=False)
     cols = spec.partial_columns()
     pieces = []
@@ -352,7 +397,8 @@ def _with_counters(scalars: pa.Table, spec: AggregateSpec, counters: list[pa.Tab
 
 def empty_partials(spec: AggregateSpec, schema: pa.Schema) -> pa.Table:
     """A partials table with no rows (the right columns)."""
-    fields = [schema.field(k) for k in spec.key] + [pa.field(END, pa.int64())]
+    bounds = [FIRST, LAST] if spec.is_session else [END]
+    fields = [schema.field(k) for k in spec.key] + [pa.field(b, pa.int64()) for b in bounds]
     for col, f, how in spec.partial_columns():
         kind = pa.int64() if how == "count_all" else schema.field(f).type
         if how == "sum" and pa.types.is_integer(kind):
@@ -363,14 +409,16 @@ def empty_partials(spec: AggregateSpec, schema: pa.Schema) -> pa.Table:
     return pa.schema(fields).empty_table()
 
 
-_MERGE = {"count_all": "sum", "sum": "sum", "min": "min", "max": "max"}
+_MERGE = MERGE_HOW
 
 
 def merge(tables: Sequence[pa.Table], spec: AggregateSpec) -> pa.Table:
-    """Combine partials of the same (key, window end)."""
+    """Combine partials of the same (key, window end) (sessions: the overlapping ones)."""
     tables = [t for t in tables if t.num_rows]
     if not tables:
         return tables[0] if tables else pa.table({})
+    if spec.is_session:
+        return fold_sessions(tables, spec, None)[0]  # (non-empty: tables has rows)
     rows = pa.concat_tables(tables, promote_options="permissive")
     cols = spec.partial_columns()
     grouped = rows.group_by([*spec.key, END], use_threads=False).aggregate(
@@ -382,7 +430,12 @@ def merge(tables: Sequence[pa.Table], spec: AggregateSpec) -> pa.Table:
 
 
 class AggregateWindows:
-    """The commit-phase half: open windows, stream clocks, the watermark (plain data)."""
+    """The commit-phase half: open windows, stream clocks, the watermark (plain data).
+
+    With session windows, ``open`` holds the open sessions' partial rows (see
+    :func:`~kstorm.windowing.session_aggregate.fold_sessions`) and a closed table has a
+    ``__first`` column (the session start) beside ``__end`` (its end).
+    """
 
     def __init__(self, spec: AggregateSpec) -> None:
         self.spec = spec
@@ -417,6 +470,8 @@ class AggregateWindows:
         self.late += late
         for stream, ts in latest.items():
             self.latest[stream] = max(ts, self.latest.get(stream, ts))
+        if self.spec.is_session:
+            return self._advance_sessions(batch_partials)
         if self.closed is not None:  # partials of windows that already fired: late
             kept = []
             for t in batch_partials:
@@ -440,11 +495,44 @@ class AggregateWindows:
         self.open = merged.filter(pc.invert(closed_mask))
         return closed.sort_by([(END, "ascending"), *[(k, "ascending") for k in self.spec.key]])
 
+    def _advance_sessions(self, batch_partials: Sequence[pa.Table]) -> pa.Table:
+        """:meth:`advance` for sessions: merge, close those ending below the watermark."""
+        if self.closed is not None:
+            # Rows below the watermark sessions closed at might belong to a closed session:
+            # late, never a second result. (A stream's clock starts there, so the stream
+            # rule marks such rows late on the executors first; this only guards, a whole
+            # piece at a time: an executor without the clocks is the only way here.)
+            kept = []
+            for t in batch_partials:
+                if t.num_rows:
+                    below = pc.less(t.column(FIRST), pa.scalar(self.closed, pa.int64()))
+                    if pc.any(below).as_py():
+                        self.late += int(pc.sum(t.filter(below).column("__n")).as_py())
+                        t = t.filter(pc.invert(below))
+                kept.append(t)
+            batch_partials = kept
+        wm = self.watermark
+        if wm is not None:
+            self.closed = wm
+        self.open, closed = fold_sessions([self.open, *batch_partials], self.spec, wm)
+        return closed if closed.num_rows else _no_rows()
+
+    def _starts(self, closed: pa.Table) -> pa.ChunkedArray:
+        """Each closed window's start (a session's first timestamp)."""
+        if self.spec.is_session:
+            return closed.column(FIRST)
+        ends = closed.column(END)
+        return pc.subtract(ends, pa.scalar(self.spec.length_ms, ends.type))
+
     def results(self, closed: pa.Table) -> list[list[Any]]:
-        """Output tuples ``[*key, window_start, window_end, *aggregates]`` of closed windows."""
+        """Output tuples ``[*key, window_start, window_end, *aggregates]`` of closed windows.
+
+        Sessions: ``[*key, session_start, session_end, *aggregates]``.
+        """
         if closed.num_rows == 0:
             return []
         ends = closed.column(END).to_pylist()
+        starts = self._starts(closed).to_pylist()
         n = closed.column("__n").to_pylist()
         keys = [closed.column(k).to_pylist() for k in self.spec.key]
         values: list[list[Any]] = []
@@ -460,8 +548,7 @@ class AggregateWindows:
                 values.append(top_values(closed, agg.field or "", agg.k or 1))
             else:
                 values.append(closed.column(partial_column(agg.kind, agg.field or "")).to_pylist())
-        length = self.spec.length_ms
-        return [[*(k[i] for k in keys), ends[i] - length, ends[i], *(v[i] for v in values)]
+        return [[*(k[i] for k in keys), starts[i], ends[i], *(v[i] for v in values)]
                 for i in range(closed.num_rows)]
 
     def results_table(self, closed: pa.Table, names: Sequence[str]) -> pa.Table | None:
@@ -475,7 +562,7 @@ class AggregateWindows:
             return None
         ends = closed.column(END)
         columns = [closed.column(k) for k in self.spec.key]
-        columns += [pc.subtract(ends, pa.scalar(self.spec.length_ms, ends.type)), ends]
+        columns += [self._starts(closed), ends]
         for _, agg in self.spec.aggregates:
             columns.append(closed.column("__n") if agg.kind == "count" else
                            closed.column(partial_column(agg.kind, agg.field or "")))
@@ -488,13 +575,30 @@ class AggregateWindows:
         latest = dict(sorted(self.latest.items(), key=lambda item: str(item[0])))
         # (streams sorted: the same state gives the same bytes, whatever the tasks' order)
         return pickle.dumps({"open": self.open, "latest": latest, "late": self.late,
-                             "closed": self.closed}, protocol=5)
+                             "closed": self.closed, "version": _VERSION,
+                             "shape": self._shape()}, protocol=5)
+
+    def _shape(self) -> tuple[Any, ...]:
+        """What the open rows mean: sessions (gap, max) or windows (length, slide)."""
+        spec = self.spec
+        if spec.is_session:
+            return ("session", spec.gap_ms, spec.max_ms)
+        return ("window", spec.length_ms, spec.slide_ms)
 
     def restore(self, data: bytes) -> None:
-        """Resume from :meth:`snapshot`."""
+        """Resume from :meth:`snapshot` (of an aggregate with the same windows)."""
         state = pickle.loads(data)
+        shape = state.get("shape", ("window",))  # (absent before version 2: windows)
+        if shape[0] != self._shape()[0] or (len(shape) > 1 and shape != self._shape()):
+            msg = (f"windowed aggregate state was saved with windows {shape}, this "
+                   f"aggregate has {self._shape()}")
+            raise ConfigError(msg, hint="a changed window needs a new checkpoint and a new "
+                              "sink state key (or the old windows drained first)")
         self.open, self.latest, self.late = state["open"], state["latest"], state["late"]
         self.closed = state.get("closed")  # (absent in snapshots of earlier versions)
+
+
+_VERSION = 2  # 2: "version" and "shape" (windows or sessions) in the snapshot
 
 
 def _no_rows() -> pa.Table:

@@ -330,10 +330,9 @@ def test_session_options_are_validated():
     assert not cfg.is_session and cfg.window_length == Duration.seconds(5)
 
 
-def test_windowed_aggregate_refuses_session_windows_for_now():
-    agg = WindowedAggregate(key=["user"], n=Agg.count())
-    agg.with_session_window(Duration.seconds(5)).with_timestamp_field("ts")
-    with pytest.raises(ConfigError, match="session windows"):
+def test_windowed_aggregate_sessions_need_event_time():
+    agg = WindowedAggregate(key=["user"], n=Agg.count()).with_session_window(Duration.seconds(5))
+    with pytest.raises(ConfigError, match="needs event time"):
         agg.spec()
 
 
