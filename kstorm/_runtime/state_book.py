@@ -334,6 +334,6 @@ class StateBook:
                 old += 1
             return old
         known = [t.task for t in mine if t.state.committed_txid() is not None]
-        if known and len(known) < len(mine):
+        if known and max(known) + 1 < n:  # else a task's state is missing: recover says so
             return max(known) + 1
         return None

@@ -271,3 +271,21 @@ def test_the_executor_records_the_routing_hash_of_the_tuple_being_executed(serve
     assert {w: raw[TAG + state._k.serialize(w)] for w in set(words)} == {
         w: str(stable_hash_one(w)).encode() for w in set(words)}
     assert dict(topo.state(0, 1)) == {"cat": 2, "dog": 1, "eel": 1}
+
+
+def test_a_crash_during_the_move_leaves_the_old_layout_and_the_next_start_moves_it(
+        server: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    topo = Topo(server)
+    topo.batch(0, 2, WORDS)
+
+    def killed(self: Any, *args: Any, **kwargs: Any) -> None:
+        raise SystemExit("killed before EXEC")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(redis.client.Pipeline, "execute", killed)
+        with pytest.raises(SystemExit):
+            topo.book(4).recover(0)
+    assert topo.counts(2) == _truth(WORDS)  # nothing of the new layout
+    assert not topo.client.exists(f"kstorm:state:{topo.name}:count:2$meta")
+    topo.book(4).recover(0)
+    assert topo.counts(4) == _truth(WORDS)
