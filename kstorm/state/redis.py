@@ -305,7 +305,12 @@ class RedisKeyValueState:
             self._pending[tk] = None
             return
         group = b"?" if self.key_group is None else str(self.key_group).encode()
-        prior = self._pending.get(tk) if tk in self._pending else self._tags_read.get(k)
+        if tk in self._pending:
+            prior = self._pending[tk]
+        else:
+            prior = self._tags_read.get(k)
+            if prior == group:
+                return  # committed with this key group already: nothing to write
         self._pending[tk] = MIXED if prior is not None and prior != group else group
 
     def get(self, key: Any, default: Any = None) -> Any:

@@ -185,6 +185,9 @@ def test_the_provider_records_key_groups_beside_keys_and_hides_them(server: Any)
     assert len(state) == 2
     raw = topo.client.hgetall(state.redis_keys[0])
     assert raw[TAG + state._k.serialize("a")] == str(stable_hash_one("a")).encode()
+    state.key_group = stable_hash_one("b")  # the same key group again: no tag to write
+    state.put("b", state.get("b") + 1)
+    assert TAG + state._k.serialize("b") not in state._pending
     state.key_group = 12345  # another grouping value writes "a": it has no one key group
     state.put("a", state.get("a") + 1)
     state.prepare_commit(1)
