@@ -1,10 +1,11 @@
 """The stateful word count (seed 000) as a killable process, for the state kill tests.
 
 KafkaSpout (one sentence per record) -> SplitSentence (2 tasks, shuffle) -> WordCount
-(a ``BaseStatefulBolt``, 2 tasks, fields grouping; its ``KeyValueState`` in the provider
-``--provider`` names) -> RedisSink keeping the highest running count per word at
-``<name>:<word>`` (sink id ``store``). Small batches, the continuous trigger; the run exits
-0 by itself once the sink's offset record reaches the topic's end offsets read at start.
+(a ``BaseStatefulBolt``, ``--parallelism`` tasks (2), fields grouping or ``--grouping
+global``; its ``KeyValueState`` in the provider ``--provider`` names) -> RedisSink
+keeping the highest running count per word at ``<name>:<word>`` (sink id ``store``). Small
+batches, the continuous trigger; the run exits 0 by itself once the sink's offset record
+reaches the topic's end offsets read at start.
 
     python -m wc_topology --bootstrap B --redis-url U --topic T --checkpoint D --name N \\
         --provider redis
@@ -40,8 +41,10 @@ def provider_conf(provider: str, redis_url: str) -> dict[str, Any]:
                 "database": database + 1 if provider == "redis-db1" else database}}}
 
 
-def build_topology(topic: str, redis_url: str, prefix: str, max_per_batch: int = 40) -> Any:
-    """The word count (module docstring)."""
+def build_topology(topic: str, redis_url: str, prefix: str, max_per_batch: int = 40,
+                   parallelism: int = 2, grouping: str = "fields") -> Any:
+    """The word count (module docstring); ``parallelism``: WordCount's tasks, fed by a
+    ``grouping`` (fields on word, or global)."""
     from kstorm import Fields, KafkaSpout, TopologyBuilder
     from serdes import StringSerde
     from sinks.redis import RedisConfig, RedisSink
@@ -50,7 +53,11 @@ def build_topology(topic: str, redis_url: str, prefix: str, max_per_batch: int =
     builder.set_spout("sentences", KafkaSpout(topic, value_serde=StringSerde(field="sentence"),
                                               max_offsets_per_batch=max_per_batch))
     builder.set_bolt("split", SplitSentence(), 2).shuffle_grouping("sentences")
-    builder.set_bolt("count", WordCount(), 2).fields_grouping("split", Fields("word"))
+    count = builder.set_bolt("count", WordCount(), parallelism)
+    if grouping == "global":
+        count.global_grouping("split")
+    else:
+        count.fields_grouping("split", Fields("word"))
     builder.set_bolt(SINK_ID, RedisSink(RedisConfig.from_url(redis_url), key=prefix + ":{word}",
                                         value="count", merge="max")
                      ).fields_grouping("count", Fields("word"))
@@ -66,7 +73,9 @@ def run(args: argparse.Namespace) -> int:
     conf = kafka_conf(args, **provider_conf(args.provider, args.redis_url))
     try:
         handle = submit_topology(args.name, conf, build_topology(args.topic, args.redis_url,
-                                                                 args.name))
+                                                                 args.name,
+                                                                 parallelism=args.parallelism,
+                                                                 grouping=args.grouping))
     except KstormError as exc:
         log.error("wc: refused: %s", exc)
         return 4
@@ -80,6 +89,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = arguments("wc_topology")
     parser.add_argument("--provider", choices=("spark", "redis", "redis-db1"),
                         default="redis")
+    parser.add_argument("--parallelism", type=int, default=2, help="WordCount's tasks")
+    parser.add_argument("--grouping", choices=("fields", "global"), default="fields")
     return run(parse(parser, argv))
 
 

@@ -29,9 +29,24 @@ def test_describe_names_components_groupings_stages_and_the_driver() -> None:
     assert "<- split: fields(page)" in text
     assert ("count: WindowCount x3, stateful bolt (per task; KeyValueState in "
             "topology.state.provider)") in text
+    assert ("state by key group h = stable_hash(grouping values): task 0 holds h mod 3 = 0, "
+            "task 1 holds h mod 3 = 1, task 2 holds h mod 3 = 2; rescalable with "
+            "topology.state.provider = redis") in text
     assert "results: CaptureSink x1, sink (driver, commit phase)" in text
     assert "input hash-partitioned by task" in text
     assert "commit phase (driver, one batch at a time, in txid order): results" in text
+
+
+def test_describe_says_why_a_global_grouped_stateful_bolt_keeps_its_parallelism() -> None:
+    from kstorm.cli.demo import SplitPath, WindowCount
+
+    builder = TopologyBuilder()
+    builder.set_spout("views", ListSpout([[["a b", 1]]], Fields("path", "ts")))
+    builder.set_bolt("split", SplitPath(), 2).shuffle_grouping("views")
+    builder.set_bolt("count", WindowCount(), 2).global_grouping("split")
+    text = describe(builder.create_topology())
+    assert ("    state per task, kept at this parallelism: its input split:default is a global "
+            "grouping") in text
 
 
 def test_mermaid_draws_every_edge() -> None:

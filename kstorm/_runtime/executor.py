@@ -60,6 +60,7 @@ from kstorm.errors import BoltError, FailedException, SinkError, TopologyError
 from kstorm.grouping import GroupingKind, stable_hash, stable_hash_one, task_for
 from kstorm.sink import BaseSink
 from kstorm.state import KeyValueState
+from kstorm.state.rescale import why_not_keyed
 from kstorm.topology import StormTopology
 from kstorm.transactional.bolt import BatchOutputCollector
 from kstorm.tuple import Fields, Tuple
@@ -119,6 +120,10 @@ class _Task:
     basic: BasicOutputCollector | None
     context: TopologyContext
     executed: str  # its counter: "<component>.executed"
+    #: a state recording key groups (``kstorm/state/rescale.py``), and each input's
+    #: grouping fields ("source", "stream") -> their positions in its tuples
+    keyed: Any = None
+    group_fields: dict[tuple[str, str], Any] | None = None
 
 
 class StageExecutor:
@@ -534,7 +539,14 @@ class StageExecutor:
             if self._state_for is None:
                 msg = f"stateful bolt {component!r} has no state provider"
                 raise TopologyError(msg)
-            bolt.init_state(self._state_for(component, task))
+            state: Any = self._state_for(component, task)
+            if (hasattr(state, "key_group") and not getattr(bolt, "is_windowed_bolt", False)
+                    and why_not_keyed(self.topology, component) is None):
+                state.tagging = True
+                found.keyed = state
+                found.group_fields = {(g.component, g.stream): list(g.fields or ())
+                                      for g in self.topology.components[component].inputs}
+            bolt.init_state(state)
         self._tasks[key] = found
         return found
 
@@ -565,6 +577,8 @@ class StageExecutor:
     def _deliver(self, component: str, task: int, tup: Tuple) -> None:
         t = self._tasks.get((component, task)) or self._task(component, task)
         self.counters[t.executed] += 1
+        if t.keyed is not None:
+            t.keyed.key_group = _key_group(t, tup)
         try:
             if t.basic is not None:
                 run_basic(t.bolt, t.basic, t.collector, tup)
@@ -581,6 +595,9 @@ class StageExecutor:
             if isinstance(tup._ids, TrackedTuple) and not tup._ids.settled:
                 # the dead-letter record now holds the tuple: nothing to replay
                 self._outbox.extend(self._anchors.ack(tup._ids))
+        finally:
+            if t.keyed is not None:
+                t.keyed.key_group = None
 
     def execute_window(self, component: str, task: int, window: Any) -> None:
         """Run a windowed bolt's ``execute(window)``; its unanchored emits anchor to the window."""
@@ -831,6 +848,23 @@ class WindowOutput:
 
     def error(self, tuple_: Tuple, exc: Exception) -> None:
         self.executor.bolt_error(self.component, tuple_, exc)
+
+
+def _key_group(t: _Task, tup: Tuple) -> int | None:
+    """The routing hash of ``tup``'s grouping values: the key group its fields grouping used.
+
+    None for a tuple of no fields grouping (a tick tuple): what it writes has no key group.
+    """
+    where = (tup.source_component, tup.source_stream)
+    positions = t.group_fields.get(where)  # type: ignore[union-attr]
+    if positions is None:
+        return None
+    if positions and isinstance(positions[0], str):  # field names, first seen: positions
+        positions = t.group_fields[where] = [tup.fields.index(f) for f in positions]  # type: ignore[index]
+    values = tup.values
+    if len(positions) == 1:
+        return stable_hash_one(values[positions[0]])
+    return stable_hash([values[i] for i in positions])
 
 
 def bolt_failed(component: str, exc: BaseException) -> BoltError:

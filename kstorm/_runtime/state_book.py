@@ -47,7 +47,8 @@ from kstorm._runtime.window_kvstore import internal_state, window_namespace
 from kstorm.component import TopologyContext
 from kstorm.errors import ConfigError, StateError
 from kstorm.state import RECOVERY_METHODS, STATE_METHODS, state_namespace, tracks_txids
-from kstorm.state.redis import RedisKeyValueState, StateCommit
+from kstorm.state.redis import RedisKeyValueState, StateCommit, replace_states
+from kstorm.state.rescale import redistribute, why_not_keyed
 from kstorm.topology import StormTopology
 from kstorm.windowing.bolt import BaseStatefulWindowedBolt
 
@@ -181,10 +182,15 @@ class StateBook:
                 (``kstorm.state.init.empty``: a stateful bolt new in the topology).
             where: what ``last`` comes from, for messages.
         """
-        self._check_parallelism()
         allowed = set(init_empty)
+        self._rescale(last, allowed, where)
+        self._settle(self.tasks, last, allowed, where)
+
+    def _settle(self, tasks: list[_Task], last: int | None, allowed: set[str],
+                where: str) -> None:
+        """:meth:`recover` for ``tasks``: each at ``last``, or a :class:`StateError`."""
         problems: list[tuple[str, str]] = []
-        for t in self.tasks:
+        for t in tasks:
             if not tracks_txids(t.state):
                 self._recover_untracked(t, last)
                 continue
@@ -256,28 +262,78 @@ class StateBook:
         _hook(t.bolt, "pre_rollback")
         t.state.rollback()
 
-    def _check_parallelism(self) -> None:
-        """State is per task: a changed parallelism would move keys away from their state."""
+    def _rescale(self, last: int | None, allowed: set[str], where: str) -> None:
+        """Each bolt whose state another task count wrote: its keys moved to the new tasks.
+
+        The old tasks are settled at ``last`` first (seed 000's recovery, as below), then
+        every committed key goes to the task of its key group (``kstorm/state/rescale.py``)
+        in one MULTI/EXEC that also deletes the old tasks: a crash leaves the old layout
+        or the new one. A state that cannot be moved exactly is a :class:`StateError`.
+        """
         for component in self.components:
             spec = self.topology.components[component]
             n = spec.parallelism
-            context = TopologyContext(self.name, component, n, n + 1)
-            extra = [self.provider.new_state(state_namespace(self.name, component, n),
-                                             self.conf, context)]
             mine = [t for t in self.tasks if t.component == component
                     and tracks_txids(t.state)]
             if not mine:
                 continue  # states without txids cannot tell who wrote them
-            if any(t.bolt is None for t in mine):
-                namespace = window_namespace(self.name, component, n)
-                extra.append(internal_state(self.provider, namespace, self.conf, context))
-            known = [t.task for t in mine if t.state.committed_txid() is not None]
-            if (any(tracks_txids(e) and e.committed_txid() is not None for e in extra)
-                    or (known and len(known) < len(mine))):
+            old = self._old_task_count(component, n, mine)
+            if old is None:
+                continue
+            problem = f"its state in the {self.provider_name} provider was written by {old} task(s)"
+            why = self._why_not_rescalable(component, mine)
+            if why is not None:
                 msg = (f"topology {self.name!r}: stateful bolt {component!r} now runs {n} "
-                       f"task(s) but its state in the {self.provider_name} provider was "
-                       "written by a different number of tasks (state is per task: keys "
-                       "would move away from their counts)")
+                       f"task(s) but {problem}, and it cannot be moved to other tasks: {why}")
                 raise StateError(msg, hint=(
-                    "keep the bolt's parallelism, or delete its state (kstorm:state:"
+                    f"keep the bolt's parallelism at {old}, or delete its state (kstorm:state:"
                     f"{self.name}:{component}:* in Redis) and recompute it"))
+            context = TopologyContext(self.name, component, 0, old)
+            olds = [_Task(component, i, state_namespace(self.name, component, i),
+                          self.provider.new_state(state_namespace(self.name, component, i),
+                                                  self.conf, context),
+                          copy.deepcopy(spec.component)) for i in range(old)]
+            self._settle(olds, last, allowed, where)
+            try:
+                layout = redistribute([t.state.committed_fields() for t in olds], n)
+            except StateError as exc:
+                msg = (f"topology {self.name!r}: stateful bolt {component!r} now runs {n} "
+                       f"task(s) but {problem}, and some keys cannot follow their key "
+                       f"group to a new task: {exc}")
+                raise StateError(msg, hint=(
+                    f"keep the bolt's parallelism at {old}; a key must be written only while "
+                    "executing tuples of one grouping value (docs/state.md, Rescaling)")
+                                 ) from exc
+            replace_states([t.state for t in olds], [t.state for t in mine], layout, last)
+            log.info("state of %r: %d key(s) moved from %d task(s) to %d by key group, at "
+                     "txid %s", component, sum(len(f) for f in layout) // 2, old, n, last)
+
+    def _why_not_rescalable(self, component: str, mine: list[_Task]) -> str | None:
+        if any(t.bolt is None for t in mine):
+            return "a windowed bolt's windows are per task (they cannot be rescaled)"
+        if not all(type(t.state) is RedisKeyValueState for t in mine):
+            return (f"the {self.provider_name} provider cannot move keys between tasks (the "
+                    "redis provider can)")
+        return why_not_keyed(self.topology, component)
+
+    def _old_task_count(self, component: str, n: int, mine: list[_Task]) -> int | None:
+        """How many tasks wrote ``component``'s state, when not ``n`` (None: ``n`` or none)."""
+        def written(task: int, window: bool = False) -> bool:
+            context = TopologyContext(self.name, component, task, task + 1)
+            state = (internal_state(self.provider, window_namespace(self.name, component, task),
+                                    self.conf, context) if window else
+                     self.provider.new_state(state_namespace(self.name, component, task),
+                                             self.conf, context))
+            return tracks_txids(state) and (state.committed_txid() is not None
+                                            or state.prepared_txid() is not None)
+
+        windows = any(t.bolt is None for t in mine)
+        if written(n) or (windows and written(n, window=True)):
+            old = n + 1
+            while written(old) or (windows and written(old, window=True)):
+                old += 1
+            return old
+        known = [t.task for t in mine if t.state.committed_txid() is not None]
+        if known and max(known) + 1 < n:  # else a task's state is missing: recover says so
+            return max(known) + 1
+        return None

@@ -457,7 +457,9 @@ def _check_same_parallelism(layout: CheckpointLayout, bolt: str, n: int,
            f"state (spark provider) for {was} task(s): state is per task, so its keys would "
            "move to tasks without their state")
     raise StateError(msg, hint=(f"keep the bolt's parallelism at {was}, or start over with a "
-                                "new checkpoint directory (its state starts empty)"))
+                                "new checkpoint directory (its state starts empty); the redis "
+                                "provider (topology.state.provider = redis) rescales a stateful "
+                                "bolt fed by fields groupings (docs/state.md, Rescaling)"))
 
 
 def _check_same_state_operators(layout: CheckpointLayout, recorded: set[str],

@@ -24,6 +24,7 @@ from __future__ import annotations
 from typing import Any
 
 from kstorm._runtime.plan import COMMIT, DRIVER, PartitionKind, compile_plan
+from kstorm.state.rescale import why_not_keyed
 from kstorm.topology import StormTopology
 
 
@@ -49,6 +50,18 @@ def _kind(spec: Any, plan: Any) -> str:
     return "bolt"
 
 
+def _key_groups(topology: StormTopology, cid: str) -> str:
+    """Where a stateful bolt's keys live, and whether a parallelism change can move them."""
+    why = why_not_keyed(topology, cid)
+    if why is not None:
+        return f"state per task, kept at this parallelism: {why}"
+    n = topology.components[cid].parallelism
+    groups = ", ".join(f"task {t} holds h mod {n} = {t}" for t in range(min(n, 4)))
+    more = ", ..." if n > 4 else ""
+    return (f"state by key group h = stable_hash(grouping values): {groups}{more}; "
+            "rescalable with topology.state.provider = redis")
+
+
 def _grouping(g: Any) -> str:
     kind = g.kind.value
     fields = f"({', '.join(g.fields)})" if g.fields else ""
@@ -68,6 +81,8 @@ def describe(topology: StormTopology) -> str:
             lines.append(f"    emits {stream}: ({', '.join(fields)})")
         for g in spec.inputs:
             lines.append(f"    <- {g.component}: {_grouping(g)}")
+        if plan.stage_of.get(cid) not in (None, COMMIT, DRIVER) and plan.stage(cid).stateful:
+            lines.append(f"    {_key_groups(topology, cid)}")
     lines.append("plan (Spark stages, in order):")
     for stage in plan.stages:
         if stage.is_source:

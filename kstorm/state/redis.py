@@ -10,6 +10,11 @@ Each task's :class:`RedisKeyValueState` lives in Redis under ``kstorm:state:<nam
 - ``<ns>$undo``: the values the last commit replaced, so kstorm can take that commit back
   when Spark replays its batch (killed between the state's commit and Spark's commit log).
 
+A state that records key groups (``tagging``: a bolt whose inputs are fields groupings from
+bolts) keeps beside each key, in the same hashes, the field ``TAG + key`` holding the key
+group of the tuple being executed when the key was written (``kstorm/state/rescale.py``),
+so a restart with another parallelism can move each key to its new task.
+
 ``commit`` and ``rollback_commit`` are Lua scripts: each is one atomic step in Redis, so a
 crash leaves the state either before or after it.
 
@@ -39,6 +44,7 @@ from typing import Any
 from kstorm._config_keys import load_object
 from kstorm.errors import ConfigError
 from kstorm.state import encode_key
+from kstorm.state.rescale import MIXED, TAG
 
 PREFIX = "kstorm:state:"
 _PUT, _DEL = b"\x01", b"\x00"
@@ -270,6 +276,11 @@ class RedisKeyValueState:
                    if config.value_serializer else PickleSerializer())
         self._pending: dict[bytes, bytes | None] = {}   # None: deleted
         self._read: dict[bytes, Any] = {}
+        #: record each written key's key group (the executor sets it for rescalable bolts)
+        self.tagging = False
+        #: the key group (routing hash) of the tuple being executed; None outside execute
+        self.key_group: int | None = None
+        self._tags_read: dict[bytes, bytes | None] = {}
 
     # -- KeyValueState ---------------------------------------------------------------------
 
@@ -279,10 +290,28 @@ class RedisKeyValueState:
             return self._MISSING if raw is None else self._v.deserialize(raw)
         value = self._read.get(k, self._MISSING)
         if value is self._MISSING and k not in self._read:
-            raw = self._redis.hget(self.redis_keys[0], k)
+            if self.tagging:  # the key's key group in the same round trip
+                raw, self._tags_read[k] = self._redis.hmget(self.redis_keys[0], k, TAG + k)
+            else:
+                raw = self._redis.hget(self.redis_keys[0], k)
             value = self._MISSING if raw is None else self._v.deserialize(raw)
             self._read[k] = value
         return value
+
+    def _tag(self, k: bytes, deleted: bool = False) -> None:
+        """Record the key group ``k`` is written under (``MIXED`` once it had another)."""
+        tk = TAG + k
+        if deleted:
+            self._pending[tk] = None
+            return
+        group = b"?" if self.key_group is None else str(self.key_group).encode()
+        if tk in self._pending:
+            prior = self._pending[tk]
+        else:
+            prior = self._tags_read.get(k)
+            if prior == group:
+                return  # committed with this key group already: nothing to write
+        self._pending[tk] = MIXED if prior is not None and prior != group else group
 
     def get(self, key: Any, default: Any = None) -> Any:
         """Value of ``key``, or ``default``."""
@@ -291,27 +320,35 @@ class RedisKeyValueState:
 
     def put(self, key: Any, value: Any) -> None:
         """Set ``key`` to ``value`` (visible to this instance; durable once committed)."""
-        self._pending[self._k.serialize(key)] = self._v.serialize(value)
+        k = self._k.serialize(key)
+        self._pending[k] = self._v.serialize(value)
+        if self.tagging:
+            self._tag(k)
 
     def delete(self, key: Any) -> Any:
         """Remove ``key``; returns its old value (or None)."""
         k = self._k.serialize(key)
         old = self._value(k)
         self._pending[k] = None
+        if self.tagging:
+            self._tag(k, deleted=True)
         return None if old is self._MISSING else old
 
     def discard(self, key: Any) -> None:
         """Remove ``key`` without reading its old value (no round trip)."""
-        self._pending[self._k.serialize(key)] = None
+        k = self._k.serialize(key)
+        self._pending[k] = None
+        if self.tagging:
+            self._tag(k, deleted=True)
 
     def __iter__(self) -> Iterator[tuple[Any, Any]]:
         seen = set()
         for k, raw in self._pending.items():
             seen.add(k)
-            if raw is not None:
+            if raw is not None and not k.startswith(TAG):
                 yield self._k.deserialize(k), self._v.deserialize(raw)
         for k, raw in self._redis.hscan_iter(self.redis_keys[0], count=1000):
-            if k not in seen:
+            if k not in seen and not k.startswith(TAG):
                 yield self._k.deserialize(k), self._v.deserialize(raw)
 
     # -- State -----------------------------------------------------------------------------
@@ -328,11 +365,13 @@ class RedisKeyValueState:
             pipe.execute()
         self._pending.clear()
         self._read.clear()
+        self._tags_read.clear()
 
     def commit(self, txid: int) -> None:
         """Apply the changes prepared for ``txid`` (none: an empty commit) in one Lua step."""
         self._redis.eval(_COMMIT, 4, *self.redis_keys, txid)
         self._read.clear()
+        self._tags_read.clear()
 
     def rollback(self) -> None:
         """Discard the prepared changes and this instance's pending ones."""
@@ -342,6 +381,7 @@ class RedisKeyValueState:
             pipe.execute()
         self._pending.clear()
         self._read.clear()
+        self._tags_read.clear()
 
     def committed_txid(self) -> int | None:
         """The last txid committed (None: never)."""
@@ -357,9 +397,17 @@ class RedisKeyValueState:
         """Take back the commit of ``txid`` (the last one): the state as before it."""
         self._redis.eval(_UNDO, 3, self.redis_keys[0], self.redis_keys[2], self.redis_keys[3], txid)
         self._read.clear()
+        self._tags_read.clear()
 
     def __len__(self) -> int:
-        return int(self._redis.hlen(self.redis_keys[0]))
+        n = int(self._redis.hlen(self.redis_keys[0]))
+        tags = sum(1 for _ in self._redis.hscan_iter(self.redis_keys[0], match=TAG + b"*",
+                                                     count=1000)) if n else 0
+        return n - tags
+
+    def committed_fields(self) -> dict[bytes, bytes]:
+        """The committed hash as stored: encoded keys, values and their key groups."""
+        return dict(self._redis.hscan_iter(self.redis_keys[0], count=1000))
 
 
 class RedisKeyValueStateProvider:
@@ -391,3 +439,27 @@ class RedisKeyValueStateProvider:
             raise ConfigError(msg, hint="check topology.state.provider.config's "
                               "jedisPoolConfig (host, port, database, password) and that "
                               "the server is up") from exc
+
+
+def replace_states(old: list[RedisKeyValueState], new: list[RedisKeyValueState],
+                   layout: list[dict[bytes, bytes]], txid: int | None) -> None:
+    """Replace the tasks ``old`` by ``new`` holding ``layout`` at ``txid``, in one MULTI/EXEC.
+
+    The old and new tasks' keys are deleted and the new data and ``committed`` txid written
+    in one transaction: a crash leaves either the old tasks or the new ones, never a mix.
+    """
+    if not new:
+        return
+    names = {k for s in old + new for k in s.redis_keys}
+    with new[0]._redis.pipeline(transaction=True) as pipe:
+        pipe.delete(*sorted(names))
+        for state, fields in zip(new, layout, strict=True):
+            items = list(fields.items())
+            for i in range(0, len(items), _HSET_CHUNK):
+                pipe.hset(state.redis_keys[0], mapping=dict(items[i:i + _HSET_CHUNK]))
+            if txid is not None:
+                pipe.hset(state.redis_keys[2], "committed", txid)
+        pipe.execute()
+    for state in old + new:
+        state._read.clear()
+        state._tags_read.clear()
