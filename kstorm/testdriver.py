@@ -24,7 +24,8 @@ between stages is plain Python instead of a Spark exchange. A batch, here as on 
    rolls everything back (state, windows, outputs) and the batch runs again, up to
    ``kstorm.transaction.max.attempts`` (no backoff sleep); then
    ``kstorm.transaction.failure.policy`` applies: ``fail`` raises the runtime's error,
-   ``dead-letter`` dead-letters the batch's spout tuples.
+   ``dead-letter`` dead-letters the batch's spout tuples. The attempts are the loop the
+   Spark runner's commit phase runs too (``kstorm/_runtime/batch_loop.py``).
 
 At least once, a ``KafkaSpout``'s and a ``ListSpout``'s tuples are tracked as on Spark (a
 list row ``"b:i"`` as offset ``i`` of partition ``b``): the executors' acker
@@ -74,6 +75,7 @@ import numpy as np
 import pyarrow as pa
 
 from kstorm._kafka.clocks import NEW_STREAM, clock_of
+from kstorm._runtime.batch_loop import failure_error, given_up_reason, run_transaction
 from kstorm._runtime.deadletter import as_record
 from kstorm._runtime.envelope import (
     ACKER,
@@ -106,7 +108,7 @@ from kstorm._runtime.spout_executor import BatchBounds, SpoutExecutor
 from kstorm._runtime.spout_log import SpoutLog
 from kstorm._runtime.spout_notices import NoticeBook
 from kstorm._runtime.ticks import counts, due, tick_periods, tick_rows
-from kstorm._runtime.transaction import Transactions
+from kstorm._runtime.transaction import Decision, Transactions
 from kstorm._runtime.tx_planner import TxPlanner, emit_part
 from kstorm._runtime.window_store import PersistentTuples
 from kstorm._runtime.window_task import WindowedTask, interleaved
@@ -124,7 +126,7 @@ from kstorm.acking.spout_tracker import SpoutTracker
 from kstorm.bolt import BaseStatefulBolt
 from kstorm.component import TopologyContext
 from kstorm.config import Guarantee, TopologyConfig
-from kstorm.errors import KstormError, TopologyError
+from kstorm.errors import TopologyError
 from kstorm.grouping import GroupingKind
 from kstorm.spout import BaseRichSpout
 from kstorm.state import InMemoryKeyValueState, state_namespace
@@ -626,35 +628,30 @@ class TopologyTestDriver:
     # -- one batch -------------------------------------------------------------------------
 
     def _batch(self, tuples: dict[str, list[Tuple]]) -> None:
+        """One batch as one transaction (``kstorm/_runtime/batch_loop.py``), then its record."""
         batch_id = self.batch_id
         txid = self._txid(batch_id)
-        attempt = 0
         self._inputs = set(tuples)  # the spouts with a batch of their own (not only retries)
         retries = self._retries(tuples)
         now_counts = counts(self._ticks, self.now_ms)
         self._due_ticks = due(self._tick_counts, now_counts)
-        while True:
-            saved = self._save()
-            try:
-                done = self._attempt(batch_id, TransactionAttempt(txid, attempt), tuples, retries)
-                break
-            except Exception as exc:  # noqa: BLE001 - decided below, re-raised if final
-                self._restore(saved, txid)
-                decision = self._tx.decide(attempt, exc)
-                if decision.kind == "fatal":
-                    raise  # a topology or configuration error: no retry cures it
-                self.counters[f"__transactions.{decision.kind}"] += 1
-                if decision.action == "retry":
-                    attempt += 1
-                    continue
-                if decision.action == "dead-letter":
-                    done = self._given_up(tuples, txid, attempt + 1, decision.cause)
-                    break
-                where = (f"component {decision.component!r}" if decision.component
-                         else "the batch")
-                tries = "" if decision.kind == "fatal" else f" after {attempt + 1} attempt(s)"
-                msg = f"txid {txid} failed in {where}{tries}: {decision.cause}"
-                raise KstormError(msg) from exc
+        saved: list[dict[str, Any]] = []
+
+        def process(attempt: int) -> _Attempt:  # the stages and the commit phase, in process
+            saved[:] = [self._save()]
+            return self._attempt(batch_id, TransactionAttempt(txid, attempt), tuples, retries)
+
+        def failed(_attempt: int, decision: Decision, exc: Exception) -> None:
+            self._restore(saved[0], txid)
+            if decision.kind == "fatal":
+                raise exc  # a topology or configuration error: no retry cures it
+            self.counters[f"__transactions.{decision.kind}"] += 1
+
+        done = run_transaction(
+            self._tx, process, lambda made, _attempt: made, failed=failed,
+            give_up=lambda attempts, decision: self._given_up(tuples, txid, attempts,
+                                                              decision.cause),
+            fatal=lambda attempt, decision: failure_error(txid, attempt, decision))
         self._apply(done, txid)
         self._tick_counts = now_counts
         self._committed = txid
@@ -755,8 +752,7 @@ class TopologyTestDriver:
 
     def _given_up(self, tuples: dict[str, list[Tuple]], txid: int, attempts: int,
                   cause: str) -> _Attempt:
-        reason = (f"transaction {txid} failed {attempts} times (kstorm.transaction.max."
-                  f"attempts); last: {cause}")
+        reason = given_up_reason(txid, attempts, cause)
         done = _Attempt()
         for spout, ts in tuples.items():
             raw = source_kind(self.topology.components[spout].component) in ("kafka", "list")

@@ -1,11 +1,12 @@
 """The commit phase: what runs on the driver for each batch, in batch order (``foreachBatch``).
 
 A batch is a transaction (seed 002): its txid is the checkpoint's txid base + ``batch_id``.
-:meth:`CommitPhase.__call__` runs it as attempt 0, 1, ... (a new attempt id each time, the
-same txid and content): the attempt's processing phase is the Spark job that computes the
-batch's rows for the driver (as ``toArrow`` would: ``kstorm/_spark/batch_rows.py``), then
-:meth:`CommitPhase.commit`. A failed attempt is retried in place, then the failure policy applies
-(``kstorm/_runtime/transaction.py``). :meth:`CommitPhase.commit`, for one attempt:
+:meth:`CommitPhase.__call__` runs it as attempt 0, 1, ... through the loop both
+orchestrations share (``kstorm/_runtime/batch_loop.py``: a new attempt id each time, the same
+txid and content, a failed attempt retried in place, then the failure policy): the attempt's
+processing phase is the Spark job that computes the batch's rows for the driver (as
+``toArrow`` would: ``kstorm/_spark/batch_rows.py``), then :meth:`CommitPhase.commit`, for one
+attempt:
 
 1. Split the batch's rows addressed to the driver by destination.
 2. Read the batch's end offsets from Spark's offset log (written before the batch ran, so a
@@ -66,6 +67,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from kstorm._runtime.batch_loop import failure_error, given_up_reason, run_transaction
 from kstorm._runtime.checkpoint import CheckpointLayout
 from kstorm._runtime.committers import run_commit_stage
 from kstorm._runtime.deadletter import DeadLetterWriter, as_record
@@ -100,7 +102,7 @@ from kstorm._spark.offset_log import read_batch
 from kstorm._spark.speedups.gc_control import paused
 from kstorm._spark.windowed_bolt import state_key
 from kstorm.config import TopologyConfig
-from kstorm.errors import KstormError, SinkError, SourceError, StateError
+from kstorm.errors import KstormError, SinkError, StateError
 from kstorm.sink import BaseSink, SinkBatch, UnmadeTuples
 from kstorm.topology import StormTopology
 from kstorm.transactional.attempt import TransactionAttempt
@@ -199,42 +201,35 @@ class CommitPhase:
                                          random.getrandbits(40) << 16)
 
     def __call__(self, frame: Any, batch_id: int) -> None:
-        """Run batch ``batch_id`` as one transaction: attempts, retries, the policy."""
+        """Run batch ``batch_id`` as one transaction (``kstorm/_runtime/batch_loop.py``)."""
         context = frame.sparkSession.sparkContext
         txid = self.txid_base + batch_id
-        attempt = 0
         if self.committed_txid is not None:  # a coordinated spout's cleanup_before
             context.setLocalProperty(COMMITTED_PROPERTY, str(self.committed_txid))
+
+        def process(attempt: int) -> pa.Table:  # the attempt's Spark job
+            context.setLocalProperty(ATTEMPT_PROPERTY, str(self.transactions.attempt_id(attempt)))
+            return self.rows(frame)
+
+        def ready() -> None:  # the previous batch's sinks (overlapped, strict txid order)
+            waiting = time.monotonic()
+            self.wait_for_sinks()
+            self._waited = time.monotonic() - waiting
+
+        def failed(attempt: int, decision: Decision, exc: Exception) -> None:
+            self._failed_attempt(txid, attempt, decision)
+            if self.states is not None and decision.action != "fail":
+                self._roll_states_back(txid, exc)  # the next attempt prepares again
+
         try:
-            while True:
-                attempt_id = self.transactions.attempt_id(attempt)
-                context.setLocalProperty(ATTEMPT_PROPERTY, str(attempt_id))
-                try:
-                    table = self.rows(frame)
-                except Exception as exc:  # noqa: BLE001 - decided below, re-raised if final
-                    failed = exc
-                else:
-                    # the previous batch's sinks (overlapped, strict txid order): final
-                    waiting = time.monotonic()
-                    self.wait_for_sinks()
-                    self._waited = time.monotonic() - waiting
-                    try:
-                        self.commit(table, batch_id, attempt_id)
-                        return
-                    except Exception as exc:  # noqa: BLE001 - decided below
-                        failed = exc
-                decision = self.transactions.decide(attempt, failed)
-                self._failed_attempt(txid, attempt, decision)
-                if self.states is not None and decision.action != "fail":
-                    self._roll_states_back(txid, failed)  # the next attempt prepares again
-                if decision.action == "retry":
-                    time.sleep(decision.delay_s)
-                    attempt += 1
-                    continue
-                if decision.action == "dead-letter":
-                    self._give_up(context, frame, batch_id, attempt + 1, decision)
-                    return
-                raise self._fatal(txid, attempt, decision) from failed
+            run_transaction(
+                self.transactions, process,
+                lambda table, attempt: self.commit(table, batch_id,
+                                                   self.transactions.attempt_id(attempt)),
+                failed=failed, ready=ready, sleep=time.sleep,
+                give_up=lambda attempts, decision: self._give_up(context, frame, batch_id,
+                                                                 attempts, decision),
+                fatal=lambda attempt, decision: failure_error(txid, attempt, decision))
         except BaseException as exc:
             self.failure = exc
             raise
@@ -263,23 +258,11 @@ class CommitPhase:
                                      "dead-letter": "dead-lettering the batch's input",
                                      "fail": "stopping"}[decision.action])
 
-    def _fatal(self, txid: int, attempt: int, decision: Decision) -> KstormError:
-        where = f"component {decision.component!r}" if decision.component else "the batch"
-        tries = "" if decision.kind == "fatal" else f" after {attempt + 1} attempt(s)"
-        msg = f"txid {txid} failed in {where}{tries}: {decision.cause}"
-        hint = ("raise kstorm.transaction.max.attempts, or set kstorm.transaction.failure."
-                "policy = dead-letter to dead-letter a failing batch's input and go on"
-                if decision.kind != "fatal" else "")
-        kind = SinkError if decision.kind == "sink" else (
-            SourceError if decision.kind == "source" else KstormError)
-        return kind(msg, hint=hint)
-
     def _give_up(self, context: Any, frame: Any, batch_id: int, attempt: int,
                  decision: Decision) -> None:
         """The failure policy ``dead-letter``: the batch again, its spout tuples dead letters."""
         txid = self.txid_base + batch_id
-        reason = (f"transaction {txid} failed {attempt} times (kstorm.transaction.max."
-                  f"attempts); last: {decision.cause}")
+        reason = given_up_reason(txid, attempt, decision.cause)
         context.setLocalProperty(ATTEMPT_PROPERTY, str(self.transactions.attempt_id(attempt)))
         context.setLocalProperty(DEAD_LETTER_PROPERTY, reason)
         try:
@@ -463,7 +446,7 @@ class CommitPhase:
                     time.sleep(decision.delay_s)
                     attempt += 1
                     continue
-                failure = self._fatal(done.txid, attempt, decision)
+                failure = failure_error(done.txid, attempt, decision)
                 failure.__cause__ = exc
                 self.failure = self.sink_failure = failure
                 log.error("topology %r stops: %s (batch %s runs again at the next start)",
