@@ -102,7 +102,7 @@ from kstorm._runtime.plan import (
     source_kind,
 )
 from kstorm._runtime.reconcile import FIRST_TXID
-from kstorm._runtime.reliability import BatchOutcome, apply_decisions, spout_batch
+from kstorm._runtime.reliability import BatchOutcome, apply_decisions, settle_trees
 from kstorm._runtime.sparkhash import spark_task
 from kstorm._runtime.spout_executor import BatchBounds, SpoutExecutor
 from kstorm._runtime.spout_log import SpoutLog
@@ -113,7 +113,7 @@ from kstorm._runtime.tx_planner import TxPlanner, emit_part
 from kstorm._runtime.window_store import PersistentTuples
 from kstorm._runtime.window_task import WindowedTask, interleaved
 from kstorm.acking.acker import DictStore, run_acker_batch, stale_roots
-from kstorm.acking.emits import EmitMsg, EmitTracker, Notice, SpoutEmit, emits_batch
+from kstorm.acking.emits import EmitMsg, EmitTracker, Notice, SpoutEmit
 from kstorm.acking.ids import emit_root_id
 from kstorm.acking.offsets import (
     KafkaMessageId,
@@ -689,37 +689,31 @@ class TopologyTestDriver:
         return out
 
     def _settle_trees(self, done: _Attempt, retries: dict[str, list[tuple]]) -> None:
-        """The commit phase's step 3b: the ackers' events become the spouts' decisions."""
+        """The commit phase's step 3b: the ackers' events become the spouts' decisions.
+
+        The ackers run here (Spark's acker operator); the spout side is the runtime's
+        (:func:`~kstorm._runtime.reliability.settle_trees`), at the driver's clock.
+        """
         assert self._acking is not None
-        events: dict[int, list[Any]] = defaultdict(list)
-        pending: dict[int, list[Any]] = defaultdict(list)
-        acked: Counter[int] = Counter()
+        payloads = []
         for task, store in self._ackers.items():
-            payloads = done.acker.get(task, [])
-            if payloads:
-                result = run_acker_batch(payloads, store,
-                                         report_acks=self._acking.report_acks).to_payload()
-                for event in result["events"]:
-                    events[event[2]].append(event)
-                for root, spout_task, msg in result["pending"]:
-                    pending[spout_task].append((root, spout_task, msg))
-                acked.update(result["acked"])
+            if done.acker.get(task):
+                payloads.append(run_acker_batch(done.acker[task], store,
+                                                report_acks=self._acking.report_acks)
+                                .to_payload())
             for root in list(stale_roots(list(store.items()), self.now_ms,
                                          self._acking.timeout_ms)):
                 store.delete(root)
-        out = BatchOutcome()
-        for spout, task in self._acking.spout_tasks.items():
-            if spout in self._emits:  # a free-form spout: notices for its own instance
-                done.notices[spout] = emits_batch(spout, self._emits[spout], self.now_ms,
-                                                  pending[task], events[task], out.counters)
-                out.counters[f"{spout}.acked"] += acked[task]
-                continue
-            tracker = self._trackers[spout]
-            decisions = spout_batch(spout, task, tracker, self.now_ms, retries.get(spout, []),
-                                    pending[task], events[task], out.counters)
-            out.counters[f"{spout}.acked"] += acked[task]
-            apply_decisions(spout, self._spouts[spout], tracker.retry.max_retries, decisions,
-                            out, fetch=lambda _spout, _ids: {}, row_of=self._records[spout].get)
+        out = BatchOutcome(trackers=self._trackers, emits=self._emits)
+
+        def apply(spout: str, decisions: list[Any]) -> None:
+            apply_decisions(spout, self._spouts[spout], self._trackers[spout].retry.max_retries,
+                            decisions, out, fetch=lambda _spout, _ids: {},
+                            row_of=self._records[spout].get)
+
+        settle_trees(self._acking.spout_tasks, payloads, out,
+                     lambda spout: (self.now_ms, retries.get(spout, [])), apply)
+        done.notices.update(out.notices)
         done.counters.update(out.counters)
         done.dead_letters.extend(out.dead_letters)
 
