@@ -75,7 +75,13 @@ import numpy as np
 import pyarrow as pa
 
 from kstorm._kafka.clocks import NEW_STREAM, clock_of
-from kstorm._runtime.batch_loop import failure_error, given_up_reason, run_transaction
+from kstorm._runtime.batch_loop import (
+    ClosedWindows,
+    failure_error,
+    fold_partials,
+    given_up_reason,
+    run_transaction,
+)
 from kstorm._runtime.deadletter import as_record
 from kstorm._runtime.envelope import (
     ACKER,
@@ -810,7 +816,7 @@ class TopologyTestDriver:
         if self._due_ticks:  # as the tick source's rows on Spark: one per task, unanchored
             tasks = {c: self.topology.components[c].parallelism for c in self._due_ticks}
             self._route(tick_rows(tasks, self._ticks, self._due_ticks), inbox, commit_rows, done)
-        folded: dict[str, tuple[list[pa.Table], dict[str, int], int]] = {}
+        folded: dict[str, dict[str, Any]] = {}
         for stage in self.plan.stages:
             if stage.is_source:
                 continue
@@ -1045,14 +1051,17 @@ class TopologyTestDriver:
         return WindowedTask(component, config, inputs, store, tracked=tracked)
 
     def _aggregate_stage(self, stage: Stage, ts: list[Tuple], done: _Attempt
-                         ) -> tuple[list[Packed], tuple[list[pa.Table], dict[str, int], int]]:
-        """A windowed aggregate's stage: late rows flagged (and sent on), partials built."""
+                         ) -> tuple[list[Packed], dict[str, Any]]:
+        """A windowed aggregate's stage: late rows flagged (and sent on), partials built.
+
+        The partials leave as a read task's payload on Spark does (``fold_partials``).
+        """
         component = stage.head
         windows = self._aggregates[component]
         spec = windows.spec
         done.counters[f"{component}.executed"] += len(ts)
         if not ts:
-            return [], ([], {}, 0)
+            return [], {"partials": None, "latest": {}, "late": 0}
         clocks = dict(windows.latest)
         if windows.new_stream_clock() is not None:
             clocks[NEW_STREAM] = windows.new_stream_clock()
@@ -1078,23 +1087,23 @@ class TopologyTestDriver:
                 late_rows += [Packed(c, 0, component, spec.late_stream, pack([values]), None)
                               for c, _ in consumers]
         kept = table.filter(pa.array(~late))
-        parts = [partials(kept, spec)] if kept.num_rows else []
-        return late_rows, (parts, latest, n_late)
+        merged = merge([partials(kept, spec)], spec) if kept.num_rows else None
+        return late_rows, {"partials": merged, "latest": latest, "late": n_late}
 
-    def _close_windows(self, folded: dict[str, tuple[list[pa.Table], dict[str, int], int]],
-                       done: _Attempt) -> dict[str, list[Tuple]]:
+    def _close_windows(self, folded: dict[str, dict[str, Any]], done: _Attempt
+                       ) -> dict[str, list[Tuple]]:
         """The commit phase's step 4: each aggregate folds the batch in, closed windows out."""
         extra: dict[str, list[Tuple]] = defaultdict(list)
         for component, windows in self._aggregates.items():
-            parts, latest, n_late = folded.get(component, ([], {}, 0))
-            merged = [merge(parts, windows.spec)] if parts else []
-            results = windows.results(windows.advance(merged, latest, n_late))
+            payloads = [folded[component]] if component in folded else []
+            closed = ClosedWindows(component, self.topology.components[component]
+                                   .streams["default"], fold_partials(windows, payloads),
+                                   windows)
+            results = closed.tuples()
             done.counters[f"{component}.windows"] += len(results)
-            fields = self.topology.components[component].streams["default"]
-            for values in results:
-                done.captured.append((component, "default", list(values)))
+            done.captured += [(component, "default", list(t.values)) for t in results]
             for consumer, _ in self.topology.consumers(component, "default"):
-                extra[consumer].extend(Tuple(v, fields, component) for v in results)
+                extra[consumer].extend(closed.tuples())
         return extra
 
     def _run_commit(self, batch_id: int, attempt: TransactionAttempt,

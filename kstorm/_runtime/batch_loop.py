@@ -24,16 +24,22 @@ runs one batch at a time, in order). :func:`run_transaction`:
    raised from the last failure.
 
 The orchestration then records the batch (Spark: its commit log; the test driver: the
-outputs it keeps).
+outputs it keeps). The commit phase's steps both run are here too: a windowed aggregate
+folding the batch in and closing windows (:func:`fold_partials`, :class:`ClosedWindows`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TypeVar
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import pyarrow as pa
 
 from kstorm._runtime.transaction import Decision, Transactions
 from kstorm.errors import KstormError, SinkError, SourceError
+from kstorm.tuple import Fields, Tuple
+from kstorm.windowing.aggregate import AggregateWindows
 
 P = TypeVar("P")
 R = TypeVar("R")
@@ -106,3 +112,39 @@ def failure_error(txid: int, attempt: int, decision: Decision) -> KstormError:
     kind = SinkError if decision.kind == "sink" else (
         SourceError if decision.kind == "source" else KstormError)
     return kind(msg, hint=hint)
+
+
+def fold_partials(windows: AggregateWindows, payloads: Iterable[Mapping[str, Any]]
+                  ) -> pa.Table:
+    """Fold a batch into a windowed aggregate; the windows the watermark passed.
+
+    A payload per read task of the batch: its ``partials`` (None: none), its streams'
+    ``latest`` timestamps and its ``late`` count.
+    """
+    parts, late = [], 0
+    latest: dict[Any, int] = {}
+    for payload in payloads:
+        if payload["partials"] is not None:
+            parts.append(payload["partials"])
+        late += payload["late"]
+        for stream, ts in payload["latest"].items():
+            latest[stream] = max(ts, latest.get(stream, ts))
+    return windows.advance(parts, latest, late)
+
+
+@dataclass
+class ClosedWindows:
+    """The windows a built-in windowed aggregate closed in a batch, for its consumers."""
+
+    component: str
+    fields: Fields
+    closed: pa.Table
+    windows: AggregateWindows
+
+    def tuples(self) -> list[Tuple]:
+        """One tuple per window: ``[*key, window_start, window_end, *aggregates]``."""
+        return [Tuple(v, self.fields, self.component) for v in self.windows.results(self.closed)]
+
+    def table(self) -> pa.Table | None:
+        """The same as Arrow columns named by the fields (None for per-window aggregates)."""
+        return self.windows.results_table(self.closed, list(self.fields))

@@ -67,7 +67,12 @@ from typing import Any
 
 import pyarrow as pa
 
-from kstorm._runtime.batch_loop import failure_error, given_up_reason, run_transaction
+from kstorm._runtime.batch_loop import (
+    ClosedWindows,
+    failure_error,
+    given_up_reason,
+    run_transaction,
+)
 from kstorm._runtime.checkpoint import CheckpointLayout
 from kstorm._runtime.committers import run_commit_stage
 from kstorm._runtime.deadletter import DeadLetterWriter, as_record
@@ -113,24 +118,6 @@ debug_log = logging.getLogger("kstorm.debug")
 progress_log = logging.getLogger("kstorm.progress")  # one INFO line per committed batch
 
 UNACKED_STATE = "acking:lowest-unacked"  # sink state entry: where tracked spouts resume
-
-
-@dataclass
-class _Closed:
-    """The windows a built-in windowed aggregate closed in a batch, for its consumers."""
-
-    component: str
-    fields: Fields
-    closed: pa.Table
-    windows: Any  # AggregateWindows
-
-    def tuples(self) -> list[Tuple]:
-        """One tuple per window: ``[*key, window_start, window_end, *aggregates]``."""
-        return [Tuple(v, self.fields, self.component) for v in self.windows.results(self.closed)]
-
-    def table(self) -> pa.Table | None:
-        """The same as Arrow columns named by the fields (None for per-window aggregates)."""
-        return self.windows.results_table(self.closed, list(self.fields))
 
 
 @dataclass
@@ -303,14 +290,15 @@ class CommitPhase:
                 offsets, list(zip(events.column("__task").to_pylist(),
                                   events.column("__vals").to_pylist(), strict=True)))
         # Step 4: windowed aggregates fold the batch in and emit the windows that closed.
-        extra: dict[str, list[_Closed]] = defaultdict(list)
+        extra: dict[str, list[ClosedWindows]] = defaultdict(list)
         persist = []
         for component, windows in self.windows.items():
             rows = by_dest.pop(window_dest(component), EMPTY)
             closed, state = windows.commit_closed(batch_id, rows.column("__vals").to_pylist())
             persist.append((windows, state))
-            out = _Closed(component, self.topology.components[component].streams["default"],
-                          closed, state)
+            out = ClosedWindows(component,
+                                self.topology.components[component].streams["default"],
+                                closed, state)
             for consumer, _ in self.topology.consumers(component, "default"):
                 extra[consumer].append(out)
             metrics.append({f"{component}.windows": closed.num_rows})
@@ -424,7 +412,7 @@ class CommitPhase:
         return self._pool
 
     def _overlapped_sinks(self, done: _Done, by_dest: dict[str, pa.Table],
-                          extra: dict[str, list[_Closed]], ends: Any,
+                          extra: dict[str, list[ClosedWindows]], ends: Any,
                           state: dict[str, bytes]) -> None:
         """Step 6 for an overlapped batch, retried in place; then step 9. Never raises.
 
@@ -521,7 +509,7 @@ class CommitPhase:
         return ends
 
     def _commit_sinks(self, txid: int, batch_id: int, by_dest: dict[str, pa.Table],
-                      extra: dict[str, list[_Closed]], ends: Any, state: dict[str, bytes],
+                      extra: dict[str, list[ClosedWindows]], ends: Any, state: dict[str, bytes],
                       carried: Any) -> int:
         """Commit the batch to each sink, in topology order; the tuples delivered."""
         delivered = 0
@@ -553,7 +541,7 @@ class CommitPhase:
                   f"{type(exc).__name__}: {exc}"
             raise SinkError(msg) from exc
 
-    def _sink_tuples(self, rows: pa.Table, windows_in: list[_Closed]
+    def _sink_tuples(self, rows: pa.Table, windows_in: list[ClosedWindows]
                      ) -> list[Tuple] | UnmadeTuples:
         """A sink's tuples: the processing phase's, then the closed windows'.
 

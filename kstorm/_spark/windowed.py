@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kstorm._kafka.clocks import NEW_STREAM
+from kstorm._runtime.batch_loop import fold_partials
 from kstorm._runtime.checkpoint import CheckpointLayout
 from kstorm._runtime.envelope import (
     CLOCK_COLUMN,
@@ -166,15 +167,7 @@ class WindowCommit:
                       ) -> tuple[pa.Table, AggregateWindows]:
         """As :meth:`commit`, the closed windows as Arrow (``windows.results(closed)``)."""
         windows = self._load(batch_id)
-        parts, late = [], 0
-        latest: dict[Any, int] = {}
-        for raw in payloads:
-            payload = pickle.loads(raw)
-            parts.append(payload["partials"])
-            late += payload["late"]
-            for stream, ts in payload["latest"].items():
-                latest[stream] = max(ts, latest.get(stream, ts))
-        return windows.advance(parts, latest, late), windows
+        return fold_partials(windows, (pickle.loads(raw) for raw in payloads)), windows
 
     def seed(self, snapshot: bytes) -> None:
         """Start from a state stored by a sink (the checkpoint was lost): as batch -1."""
