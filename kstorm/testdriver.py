@@ -61,7 +61,6 @@ from __future__ import annotations
 
 import copy
 import itertools
-import logging
 import pickle
 import shutil
 import tempfile
@@ -75,6 +74,7 @@ import numpy as np
 import pyarrow as pa
 
 from kstorm._kafka.clocks import NEW_STREAM, clock_of
+from kstorm._runtime import driver_rows
 from kstorm._runtime.batch_loop import (
     ClosedWindows,
     failure_error,
@@ -87,18 +87,19 @@ from kstorm._runtime.envelope import (
     ACKER,
     CAPTURE,
     DEAD_LETTER,
+    EMPTY,
     METRICS,
     Outgoing,
     Packed,
     envelope_tuples,
     pack,
+    split_by_dest,
     to_arrow,
 )
 from kstorm._runtime.executor import StageExecutor
 from kstorm._runtime.plan import (
     COMMIT,
     DRIVER,
-    ENVELOPE_FIELDS,
     PartitionKind,
     Plan,
     Stage,
@@ -134,6 +135,7 @@ from kstorm.component import TopologyContext
 from kstorm.config import Guarantee, TopologyConfig
 from kstorm.errors import TopologyError
 from kstorm.grouping import GroupingKind
+from kstorm.sink import UnmadeTuples
 from kstorm.spout import BaseRichSpout
 from kstorm.state import InMemoryKeyValueState, state_namespace
 from kstorm.topology import StormTopology
@@ -149,9 +151,6 @@ __all__ = ["TopologyTestDriver"]
 _DRIVER_SERIAL = itertools.count()  # each driver's state namespace: testdriver-<n>/<name>
 
 _KAFKA_META = ("topic", "partition", "offset", "kafka_key", "kafka_timestamp", "kafka_headers")
-
-# topology.debug: every emitted tuple, as the commit phase logs it on Spark
-debug_log = logging.getLogger("kstorm.debug")
 
 
 class _Chunks:
@@ -190,6 +189,7 @@ class _Attempt:
     states: list[tuple[Any, Any]] = field(default_factory=list)  # (bolt, state) prepared
     acker: dict[int, list[Any]] = field(default_factory=lambda: defaultdict(list))
     notices: dict[str, list[Notice]] = field(default_factory=dict)  # free-form spouts
+    rows: list[Outgoing | Packed] = field(default_factory=list)  # for the commit phase
 
 
 class TopologyTestDriver:
@@ -775,9 +775,7 @@ class TopologyTestDriver:
         for sink, ts in done.sinks.items():
             self._received[sink].extend(ts)
         self._emitted.extend(done.captured)
-        if self.settings.debug and debug_log.isEnabledFor(logging.INFO):  # as on Spark
-            for component, stream, values in done.captured:
-                debug_log.info("batch %s: %s emitted on %s: %r", txid, component, stream, values)
+        driver_rows.log_emitted(self.settings, self.batch_id, done.captured)  # as on Spark
         self.dead_letters.extend(done.dead_letters)
         self.counters.update(done.counters)
         if self._polling:  # as the commit phase: the notices for the spouts' processes
@@ -791,7 +789,6 @@ class TopologyTestDriver:
         done = _Attempt()
         inbox: dict[int, list[Any]] = defaultdict(list)   # stage -> envelope rows / tuples
         raw: dict[int, list[tuple[int, Tuple]]] = defaultdict(list)
-        commit_rows: dict[str, list[Any]] = defaultdict(list)
         partials_of: dict[str, list[Tuple]] = defaultdict(list)
         for spout, ts in tuples.items():
             if source_kind(self.topology.components[spout].component) == "transactional":
@@ -803,7 +800,7 @@ class TopologyTestDriver:
             fresh = [(0, _fresh(t)) for t in ts]
             self._route(list(executor.process_rows(interleaved(fresh) if source.ordered
                                                    else fresh))
-                        + list(executor.finish_rows()), inbox, commit_rows, done)
+                        + list(executor.finish_rows()), inbox, done)
             done.counters.update(executor.counters)
             for stage in self.plan.stages:
                 if stage.raw_spout != spout or stage.is_source:
@@ -815,7 +812,7 @@ class TopologyTestDriver:
                                                             [_fresh(t) for t in ts]))
         if self._due_ticks:  # as the tick source's rows on Spark: one per task, unanchored
             tasks = {c: self.topology.components[c].parallelism for c in self._due_ticks}
-            self._route(tick_rows(tasks, self._ticks, self._due_ticks), inbox, commit_rows, done)
+            self._route(tick_rows(tasks, self._ticks, self._due_ticks), inbox, done)
         folded: dict[str, dict[str, Any]] = {}
         for stage in self.plan.stages:
             if stage.is_source:
@@ -823,7 +820,7 @@ class TopologyTestDriver:
             if stage.native_window:
                 late_rows, folded[stage.head] = self._aggregate_stage(
                     stage, partials_of.get(stage.head, []), done)
-                self._route(late_rows, inbox, commit_rows, done)
+                self._route(late_rows, inbox, done)
                 continue
             arrived = self._arrivals(stage, raw.get(stage.index, []), inbox.get(stage.index, []))
             if stage.windowed:
@@ -832,15 +829,41 @@ class TopologyTestDriver:
                 rows = self._run_keyed(stage, batch_id, attempt, arrived, done)
             else:
                 rows = self._run_plain(stage, batch_id, attempt, arrived, done)
-            self._route(rows, inbox, commit_rows, done)
-        extra = self._close_windows(folded, done)
-        if self.plan.commit_stage is not None:
-            self._run_commit(batch_id, attempt, commit_rows, inbox, done)
-        for sink, ts in extra.items():
-            done.sinks[sink].extend(ts)
+            self._route(rows, inbox, done)
+        self._commit_phase(batch_id, attempt, folded, done)
         if self._acking is not None:
             self._settle_trees(done, retries)
         return done
+
+    def _commit_phase(self, batch_id: int, attempt: TransactionAttempt,
+                      folded: dict[str, dict[str, Any]], done: _Attempt) -> None:
+        """The commit phase's steps 1-7 and 9 over the rows for the driver, as on Spark.
+
+        What differs: the sinks *receive* their tuples, dead letters and emissions are kept
+        (:meth:`_apply`, once the attempt succeeded).
+        """
+        # Step 1: the rows addressed to the driver, by destination.
+        by_dest = split_by_dest(pa.Table.from_batches([to_arrow(done.rows)]))
+        # Step 3: the stage tasks' metrics.
+        for found in driver_rows.metrics(by_dest.pop(METRICS, EMPTY)):
+            found.pop("stage", None)
+            done.counters.update(found)
+        # Step 4: windowed aggregates fold the batch in and emit the windows that closed.
+        extra = self._close_windows(folded, done)
+        # Step 5: the commit stage (committers and the bolts they feed).
+        done.counters.update(driver_rows.run_commit_stage_rows(
+            self.topology, self.plan, self.name, self.conf, self.settings, batch_id, attempt,
+            by_dest))
+        # Step 6: each sink receives its tuples (the rows left are the sinks').
+        captured = by_dest.pop(CAPTURE, EMPTY)
+        dead = by_dest.pop(DEAD_LETTER, EMPTY)
+        for sink in [*by_dest, *(c for c in extra if c not in by_dest)]:
+            tuples = driver_rows.sink_tuples(self.topology, by_dest.pop(sink, EMPTY),
+                                             extra.get(sink, []))
+            done.sinks[sink] = tuples.make() if isinstance(tuples, UnmadeTuples) else tuples
+        # Step 7, 9: dead letters and captured emissions (kept by _apply).
+        done.dead_letters += driver_rows.dead_letters(dead)
+        done.captured += driver_rows.emitted(captured)
 
     def _executor(self, stage: Stage, batch_id: int, attempt: TransactionAttempt,
                   partition: int, state_for: Any = None) -> StageExecutor:
@@ -917,31 +940,25 @@ class TopologyTestDriver:
         return {f.name: f.type for f in schema}
 
     def _route(self, rows: Iterable[Outgoing | Packed], inbox: dict[int, list[Any]],
-               commit_rows: dict[str, list[Any]], done: _Attempt) -> None:
+               done: _Attempt) -> None:
+        """Rows for a stage to its inbox, acker messages to the ackers, the rest to the driver.
+
+        The driver's rows (sinks, the commit stage, metrics, dead letters, captured
+        emissions) are read in the commit phase (:meth:`_commit_phase`), as on Spark.
+        """
         for row in rows:
             dest = row.dest
-            if dest == CAPTURE:
-                done.captured.append((row.src, row.stream, pickle.loads(row.values)))
-            elif dest == DEAD_LETTER:
-                done.dead_letters.append(as_record(pickle.loads(row.values)))
-            elif dest == METRICS:
-                found = pickle.loads(row.values)
-                found.pop("stage", None)
-                done.counters.update(found)
-            elif dest == ACKER:
+            if dest == ACKER:
                 done.acker[row.task].append(pickle.loads(row.values))
-            else:
-                where = self.plan.stage_of.get(dest)
-                if where == DRIVER:
-                    done.sinks[dest].extend(t for _, t in envelope_tuples(to_arrow([row]),
-                                                                         self.topology))
-                elif where == COMMIT:
-                    commit_rows[dest].append(row)
-                elif where is not None:
-                    inbox[where].append(row)
-                else:  # pragma: no cover - the plan addresses only its own components
-                    msg = f"a row for unknown destination {dest!r}"
-                    raise TopologyError(msg)
+                continue
+            where = self.plan.stage_of.get(dest)
+            if dest in (CAPTURE, DEAD_LETTER, METRICS) or where in (DRIVER, COMMIT):
+                done.rows.append(row)
+            elif where is not None:
+                inbox[where].append(row)
+            else:  # pragma: no cover - the plan addresses only its own components
+                msg = f"a row for unknown destination {dest!r}"
+                raise TopologyError(msg)
 
     def _arrivals(self, stage: Stage, raw: list[tuple[int, Tuple]], rows: list[Any]
                   ) -> list[tuple[int, Tuple]]:
@@ -1091,9 +1108,9 @@ class TopologyTestDriver:
         return late_rows, {"partials": merged, "latest": latest, "late": n_late}
 
     def _close_windows(self, folded: dict[str, dict[str, Any]], done: _Attempt
-                       ) -> dict[str, list[Tuple]]:
+                       ) -> dict[str, list[ClosedWindows]]:
         """The commit phase's step 4: each aggregate folds the batch in, closed windows out."""
-        extra: dict[str, list[Tuple]] = defaultdict(list)
+        extra: dict[str, list[ClosedWindows]] = defaultdict(list)
         for component, windows in self._aggregates.items():
             payloads = [folded[component]] if component in folded else []
             closed = ClosedWindows(component, self.topology.components[component]
@@ -1103,24 +1120,8 @@ class TopologyTestDriver:
             done.counters[f"{component}.windows"] += len(results)
             done.captured += [(component, "default", list(t.values)) for t in results]
             for consumer, _ in self.topology.consumers(component, "default"):
-                extra[consumer].extend(closed.tuples())
+                extra[consumer].append(closed)
         return extra
-
-    def _run_commit(self, batch_id: int, attempt: TransactionAttempt,
-                    commit_rows: dict[str, list[Any]], inbox: dict[int, list[Any]],
-                    done: _Attempt) -> None:
-        from kstorm._runtime.committers import run_commit_stage
-
-        inputs = {c: pa.Table.from_batches([to_arrow(rows)]) for c, rows in commit_rows.items()}
-        outcome = run_commit_stage(self.topology, self.plan, self.name, self.conf,
-                                   self.settings, batch_id, attempt, inputs)
-        done.counters.update(outcome.counters)
-        rows: list[Outgoing] = []
-        for batch in outcome.rows.to_batches():
-            cols = [batch.column(n).to_pylist() for n in ENVELOPE_FIELDS]
-            rows += [Packed(*r) if r[0] in self.plan.stage_of else Outgoing(*r)
-                     for r in zip(*cols, strict=True)]
-        self._route(rows, inbox, defaultdict(list), done)
 
     def _check_open(self) -> None:
         if self._closed:

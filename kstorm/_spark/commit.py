@@ -54,7 +54,6 @@ from __future__ import annotations
 
 import json
 import logging
-import pickle
 import random
 import threading
 import time
@@ -67,6 +66,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from kstorm._runtime import driver_rows
 from kstorm._runtime.batch_loop import (
     ClosedWindows,
     failure_error,
@@ -74,8 +74,7 @@ from kstorm._runtime.batch_loop import (
     run_transaction,
 )
 from kstorm._runtime.checkpoint import CheckpointLayout
-from kstorm._runtime.committers import run_commit_stage
-from kstorm._runtime.deadletter import DeadLetterWriter, as_record
+from kstorm._runtime.deadletter import DeadLetterWriter
 from kstorm._runtime.envelope import (
     ACKER_EVENTS,
     CAPTURE,
@@ -86,8 +85,6 @@ from kstorm._runtime.envelope import (
     TXMETA_PREFIX,
     split_by_dest,
     txmeta_dest,
-    unpack_metas,
-    unpack_values,
     window_dest,
 )
 from kstorm._runtime.plan import Plan, source_kind
@@ -108,13 +105,11 @@ from kstorm._spark.speedups.gc_control import paused
 from kstorm._spark.windowed_bolt import state_key
 from kstorm.config import TopologyConfig
 from kstorm.errors import KstormError, SinkError, StateError
-from kstorm.sink import BaseSink, SinkBatch, UnmadeTuples
+from kstorm.sink import BaseSink, SinkBatch
 from kstorm.topology import StormTopology
 from kstorm.transactional.attempt import TransactionAttempt
-from kstorm.tuple import Fields, Tuple
 
 log = logging.getLogger("kstorm.commit")
-debug_log = logging.getLogger("kstorm.debug")
 progress_log = logging.getLogger("kstorm.progress")  # one INFO line per committed batch
 
 UNACKED_STATE = "acking:lowest-unacked"  # sink state entry: where tracked spouts resume
@@ -280,8 +275,7 @@ class CommitPhase:
         # Step 2b: transactional spouts' end offsets, with what opaque replays returned.
         transactional = self._transactional_ends(offsets, by_dest)
         # Step 3: metrics (folded in once the batch committed).
-        metrics = [pickle.loads(p)
-                   for p in by_dest.pop(METRICS, EMPTY).column("__vals").to_pylist()]
+        metrics = driver_rows.metrics(by_dest.pop(METRICS, EMPTY))
         # Step 3b: at least once, the spout side of the trees that ended or timed out.
         reliable = None
         if self.reliability is not None:
@@ -304,14 +298,9 @@ class CommitPhase:
             metrics.append({f"{component}.windows": closed.num_rows})
         # Step 5: the commit stage (committers and the bolts they feed).
         if self.plan is not None and self.plan.commit_stage is not None and not given_up:
-            inputs = {c: by_dest.pop(c, EMPTY) for c in self.plan.commit_stage.bolts}
-            outcome = run_commit_stage(self.topology, self.plan, self.name, self.conf,
-                                       self.settings, batch_id,
-                                       TransactionAttempt(txid, attempt_id), inputs)
-            metrics.append(outcome.counters)
-            for dest, rows in split_by_dest(outcome.rows).items():
-                by_dest[dest] = (pa.concat_tables([by_dest[dest], rows]) if dest in by_dest
-                                 else rows)
+            metrics.append(driver_rows.run_commit_stage_rows(
+                self.topology, self.plan, self.name, self.conf, self.settings, batch_id,
+                TransactionAttempt(txid, attempt_id), by_dest))
         # Step 6: sinks, in topology order.
         captured = by_dest.pop(CAPTURE, EMPTY)
         dead = by_dest.pop(DEAD_LETTER, EMPTY)
@@ -355,8 +344,7 @@ class CommitPhase:
 
     def _write_dead_letters(self, done: _Done) -> None:
         """Step 7: the batch's dead letters, with the spouts' given-up tuples."""
-        self.dead_letters.write(done.batch_id, [as_record(pickle.loads(v))
-                                                for v in done.dead.column("__vals").to_pylist()]
+        self.dead_letters.write(done.batch_id, driver_rows.dead_letters(done.dead)
                                 + (done.reliable.dead_letters if done.reliable is not None
                                    else []))
 
@@ -519,7 +507,8 @@ class CommitPhase:
             table = (windows_in[0].table() if getattr(sink, "accepts_table", False)
                      and rows.num_rows == 0
                      and len(windows_in) == 1 else None)
-            tuples = [] if table is not None else self._sink_tuples(rows, windows_in)
+            tuples = ([] if table is not None
+                      else driver_rows.sink_tuples(self.topology, rows, windows_in, paused))
             batch = SinkBatch(txid, batch_id, tuples, ends, state,
                               states=carried[1] if carried and carried[0] == sink_id else None,
                               table=table)
@@ -541,74 +530,13 @@ class CommitPhase:
                   f"{type(exc).__name__}: {exc}"
             raise SinkError(msg) from exc
 
-    def _sink_tuples(self, rows: pa.Table, windows_in: list[ClosedWindows]
-                     ) -> list[Tuple] | UnmadeTuples:
-        """A sink's tuples: the processing phase's, then the closed windows'.
-
-        The processing phase's are handed over unmade (:class:`UnmadeTuples`): a sink that
-        reads their values only (the Redis sink's fold) costs no :class:`Tuple` per value.
-        """
-        windowed = [t for closed in windows_in for t in closed.tuples()]
-        if windowed or rows.num_rows == 0:
-            return self._tuples(rows) + windowed
-        parts = self._parts(rows)
-
-        def values_by_fields() -> tuple[tuple[str, ...], list[list[Any]]] | None:
-            names = parts[0][0].names
-            if any(fields.names != names for fields, *_ in parts):
-                return None
-            values: list[list[Any]] = []
-            for part in parts:
-                values += part[3]
-            return tuple(names), values
-
-        return UnmadeTuples(sum(len(part[3]) for part in parts),
-                            lambda: self._made(parts), values_by_fields)
-
-    def _parts(self, rows: pa.Table) -> list[tuple[Fields, str, str, list[list[Any]],
-                                                   bytes | None]]:
-        """``(fields, source, stream, values, packed metas)`` of each packed row."""
-        comps = self.topology.components
-        with paused():  # many objects, all kept: collections would only walk the heap
-            return [(comps[src].streams[stream], src, stream, unpack_values(vals), meta)
-                    for src, stream, vals, meta in zip(rows.column("__src").to_pylist(),
-                                                       rows.column("__stream").to_pylist(),
-                                                       rows.column("__vals").to_pylist(),
-                                                       rows.column("__meta").to_pylist(),
-                                                       strict=True)]
-
-    @staticmethod
-    def _made(parts: list[tuple[Fields, str, str, list[list[Any]], bytes | None]]
-              ) -> list[Tuple]:
-        out = []
-        received = Tuple._received
-        with paused():
-            for fields, src, stream, values, meta in parts:
-                if meta is None:
-                    out += [received(v, fields, src, stream) for v in values]
-                    continue
-                for v, m in zip(values, unpack_metas(meta, len(values)), strict=True):
-                    t = received(v, fields, src, stream)
-                    t._ids = m
-                    out.append(t)
-        return out
-
-    def _tuples(self, rows: pa.Table) -> list[Tuple]:
-        return self._made(self._parts(rows))
-
     def _captured(self, batch_id: int, captured: pa.Table) -> None:
         if captured.num_rows == 0:
             return
-        keep = self.settings.capture_emitted
-        show = self.settings.debug and debug_log.isEnabledFor(logging.INFO)
-        for src, stream, vals in zip(captured.column("__src").to_pylist(),
-                                     captured.column("__stream").to_pylist(),
-                                     captured.column("__vals").to_pylist(), strict=True):
-            values = pickle.loads(vals)
-            if keep:
-                self.captured.append((src, stream, values))
-            if show:
-                debug_log.info("batch %s: %s emitted on %s: %r", batch_id, src, stream, values)
+        found = driver_rows.emitted(captured)
+        if self.settings.capture_emitted:
+            self.captured.extend(found)
+        driver_rows.log_emitted(self.settings, batch_id, found)
 
     def close(self) -> None:
         """Close the sinks (opened by the runner before the query starts) and the DLQ producer.
