@@ -75,6 +75,7 @@ import pyarrow as pa
 
 from kstorm._kafka.clocks import NEW_STREAM, clock_of
 from kstorm._runtime import driver_rows
+from kstorm._runtime.aggregate_task import read_rows
 from kstorm._runtime.batch_loop import (
     ClosedWindows,
     failure_error,
@@ -92,7 +93,6 @@ from kstorm._runtime.envelope import (
     Outgoing,
     Packed,
     envelope_tuples,
-    pack,
     split_by_dest,
     to_arrow,
 )
@@ -141,7 +141,7 @@ from kstorm.state import InMemoryKeyValueState, state_namespace
 from kstorm.topology import StormTopology
 from kstorm.transactional.attempt import TransactionAttempt
 from kstorm.tuple import Fields, Tuple
-from kstorm.windowing.aggregate import AggregateWindows, late_mask, merge, partials
+from kstorm.windowing.aggregate import AggregateWindows, merge
 from kstorm.windowing.bolt import acks_on_arrival
 from kstorm.windowing.durations import Duration
 from kstorm.windowing.sessions import bind_session_keys
@@ -1089,23 +1089,15 @@ class TopologyTestDriver:
         streams = np.array([_stream_of(t) for t in ts], dtype=object)
         latest = {s: c for s in set(streams.tolist())
                   if (c := clock_of(clocks, s)) is not None}
-        stamps = table.column(spec.ts_field).cast(pa.int64()).to_numpy(zero_copy_only=False)
-        late = late_mask(stamps, streams, latest, spec.lag_ms)
-        n_late = int(late.sum())
-        done.counters[f"{component}.late"] += n_late
-        late_rows = []
+        consumers = ([c for c, _ in self.topology.consumers(component, spec.late_stream)]
+                     if spec.late_stream else [])
+        late, late_rows, part = read_rows(table, streams, latest, spec, component, consumers,
+                                          fields)
+        done.counters[f"{component}.late"] += len(late)
         if spec.late_stream:
-            consumers = self.topology.consumers(component, spec.late_stream)
-            for t, is_late in zip(ts, late, strict=True):
-                if not is_late:
-                    continue
-                values = [dict(zip(fields, t.values, strict=True))]
-                done.captured.append((component, spec.late_stream, values))
-                late_rows += [Packed(c, 0, component, spec.late_stream, pack([values]), None)
-                              for c, _ in consumers]
-        kept = table.filter(pa.array(~late))
-        merged = merge([partials(kept, spec)], spec) if kept.num_rows else None
-        return late_rows, {"partials": merged, "latest": latest, "late": n_late}
+            done.captured += [(component, spec.late_stream, [v]) for v in late]
+        merged = merge([part], spec) if part is not None else None
+        return late_rows, {"partials": merged, "latest": latest, "late": len(late)}
 
     def _close_windows(self, folded: dict[str, dict[str, Any]], done: _Attempt
                        ) -> dict[str, list[ClosedWindows]]:
