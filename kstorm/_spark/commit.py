@@ -408,31 +408,40 @@ class CommitPhase:
         next batch, the handle reports it) and stops the query: Spark already recorded the
         batch, so the next start runs it again (``reconcile.decide``'s replay).
         """
-        attempt = 0
-        while True:
-            rows = dict(by_dest)
-            try:
-                with paused():
-                    delivered = self._commit_sinks(done.txid, done.batch_id, rows, extra,
-                                                   ends, state, None)
-            except Exception as exc:  # noqa: BLE001 - decided below, kept if final
-                decision = self.transactions.decide(attempt, exc)
-                self._failed_attempt(done.txid, attempt, decision)
-                if decision.action == "retry":
-                    time.sleep(decision.delay_s)
-                    attempt += 1
-                    continue
-                failure = failure_error(done.txid, attempt, decision)
-                failure.__cause__ = exc
-                self.failure = self.sink_failure = failure
-                log.error("topology %r stops: %s (batch %s runs again at the next start)",
-                          self.name, failure, done.batch_id)
-                if self.on_failure is not None:  # not from this thread: stop waits for batches
-                    threading.Thread(target=self.on_failure, name=f"kstorm-stop-{self.name}",
-                                     daemon=True).start()
-                return
-            self._record(done, delivered, rows)
+        rows: dict[str, pa.Table] = {}
+        last: list[Exception] = []
+
+        def process(_attempt: int) -> None:  # the sinks' rows, again for each attempt
+            rows.clear()
+            rows.update(by_dest)
+
+        def commit(_made: None, _attempt: int) -> int:
+            with paused():
+                return self._commit_sinks(done.txid, done.batch_id, rows, extra, ends, state,
+                                          None)
+
+        def failed(attempt: int, decision: Decision, exc: Exception) -> None:
+            last[:] = [exc]
+            self._failed_attempt(done.txid, attempt, decision)
+
+        def give_up(attempts: int, decision: Decision) -> int:
+            # no dead-lettering a batch Spark recorded already: the policy's end is a stop
+            raise failure_error(done.txid, attempts - 1, decision) from last[0]
+
+        try:
+            delivered = run_transaction(
+                self.transactions, process, commit, failed=failed, give_up=give_up,
+                fatal=lambda attempt, decision: failure_error(done.txid, attempt, decision),
+                sleep=time.sleep)
+        except KstormError as failure:
+            self.failure = self.sink_failure = failure
+            log.error("topology %r stops: %s (batch %s runs again at the next start)",
+                      self.name, failure, done.batch_id)
+            if self.on_failure is not None:  # not from this thread: stop waits for batches
+                threading.Thread(target=self.on_failure, name=f"kstorm-stop-{self.name}",
+                                 daemon=True).start()
             return
+        self._record(done, delivered, rows)
 
     def wait_for_sinks(self) -> None:
         """Wait for the previous batch's sinks to commit; raise their failure if they could not."""
