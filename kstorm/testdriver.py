@@ -103,9 +103,8 @@ from kstorm._runtime.plan import (
     PartitionKind,
     Plan,
     Stage,
-    acking_plan,
-    check_window_timeouts,
     compile_plan,
+    reliability_plan,
     source_kind,
 )
 from kstorm._runtime.reconcile import FIRST_TXID
@@ -132,7 +131,7 @@ from kstorm.acking.retry import RetryPolicy
 from kstorm.acking.spout_tracker import SpoutTracker
 from kstorm.bolt import BaseStatefulBolt
 from kstorm.component import TopologyContext
-from kstorm.config import Guarantee, TopologyConfig
+from kstorm.config import TopologyConfig
 from kstorm.errors import TopologyError
 from kstorm.grouping import GroupingKind
 from kstorm.sink import UnmadeTuples
@@ -233,11 +232,7 @@ class TopologyTestDriver:
                                 self.settings.transaction_failure_policy, 0)
         self._closed = False
         # at least once: Kafka and list spouts' tuples are tracked as on Spark (ackers, retries)
-        self._acking = None
-        if self.settings.guarantee is Guarantee.AT_LEAST_ONCE and self.settings.ackers_enabled:
-            self._acking = acking_plan(topology, self.plan,
-                                       n_ackers=self.settings.acker_executors or 1,
-                                       timeout_ms=self.settings.message_timeout_secs * 1000)
+        self._acking = reliability_plan(topology, self.plan, self.settings)
         self._ackers: dict[int, DictStore] = {}
         self._trackers: dict[str, SpoutTracker] = {}
         self._spouts: dict[str, Any] = {}
@@ -253,8 +248,6 @@ class TopologyTestDriver:
         self._committed: int | None = None  # the newest txid committed (cleanup_before)
         self._due_ticks: list[str] = []  # the bolts with a tick in the running batch
         if self._acking is not None:
-            check_window_timeouts(topology, self._acking, lambda spout: self.settings.
-                                  spout_max_pending(topology.components[spout].conf))
             self._ackers = {i: DictStore() for i in range(self._acking.n_ackers)}
             for spout in self._acking.spout_tasks:
                 declared = topology.components[spout].component
