@@ -24,7 +24,8 @@ between stages is plain Python instead of a Spark exchange. A batch, here as on 
    rolls everything back (state, windows, outputs) and the batch runs again, up to
    ``kstorm.transaction.max.attempts`` (no backoff sleep); then
    ``kstorm.transaction.failure.policy`` applies: ``fail`` raises the runtime's error,
-   ``dead-letter`` dead-letters the batch's spout tuples.
+   ``dead-letter`` dead-letters the batch's spout tuples. The attempts are the loop the
+   Spark runner's commit phase runs too (``kstorm/_runtime/batch_loop.py``).
 
 At least once, a ``KafkaSpout``'s and a ``ListSpout``'s tuples are tracked as on Spark (a
 list row ``"b:i"`` as offset ``i`` of partition ``b``): the executors' acker
@@ -60,7 +61,6 @@ from __future__ import annotations
 
 import copy
 import itertools
-import logging
 import pickle
 import shutil
 import tempfile
@@ -74,44 +74,52 @@ import numpy as np
 import pyarrow as pa
 
 from kstorm._kafka.clocks import NEW_STREAM, clock_of
+from kstorm._runtime import driver_rows
+from kstorm._runtime.aggregate_task import read_rows
+from kstorm._runtime.batch_loop import (
+    ClosedWindows,
+    failure_error,
+    fold_partials,
+    given_up_reason,
+    run_transaction,
+)
 from kstorm._runtime.deadletter import as_record
 from kstorm._runtime.envelope import (
     ACKER,
     CAPTURE,
     DEAD_LETTER,
+    EMPTY,
     METRICS,
     Outgoing,
     Packed,
     envelope_tuples,
-    pack,
+    split_by_dest,
     to_arrow,
 )
 from kstorm._runtime.executor import StageExecutor
 from kstorm._runtime.plan import (
     COMMIT,
     DRIVER,
-    ENVELOPE_FIELDS,
     PartitionKind,
     Plan,
     Stage,
-    acking_plan,
-    check_window_timeouts,
     compile_plan,
+    reliability_plan,
     source_kind,
 )
 from kstorm._runtime.reconcile import FIRST_TXID
-from kstorm._runtime.reliability import BatchOutcome, apply_decisions, spout_batch
+from kstorm._runtime.reliability import BatchOutcome, apply_decisions, settle_trees
 from kstorm._runtime.sparkhash import spark_task
 from kstorm._runtime.spout_executor import BatchBounds, SpoutExecutor
 from kstorm._runtime.spout_log import SpoutLog
 from kstorm._runtime.spout_notices import NoticeBook
 from kstorm._runtime.ticks import counts, due, tick_periods, tick_rows
-from kstorm._runtime.transaction import Transactions
+from kstorm._runtime.transaction import Decision, Transactions
 from kstorm._runtime.tx_planner import TxPlanner, emit_part
 from kstorm._runtime.window_store import PersistentTuples
 from kstorm._runtime.window_task import WindowedTask, interleaved
 from kstorm.acking.acker import DictStore, run_acker_batch, stale_roots
-from kstorm.acking.emits import EmitMsg, EmitTracker, Notice, SpoutEmit, emits_batch
+from kstorm.acking.emits import EmitMsg, EmitTracker, Notice, SpoutEmit
 from kstorm.acking.ids import emit_root_id
 from kstorm.acking.offsets import (
     KafkaMessageId,
@@ -123,15 +131,16 @@ from kstorm.acking.retry import RetryPolicy
 from kstorm.acking.spout_tracker import SpoutTracker
 from kstorm.bolt import BaseStatefulBolt
 from kstorm.component import TopologyContext
-from kstorm.config import Guarantee, TopologyConfig
-from kstorm.errors import KstormError, TopologyError
+from kstorm.config import TopologyConfig
+from kstorm.errors import TopologyError
 from kstorm.grouping import GroupingKind
+from kstorm.sink import UnmadeTuples
 from kstorm.spout import BaseRichSpout
 from kstorm.state import InMemoryKeyValueState, state_namespace
 from kstorm.topology import StormTopology
 from kstorm.transactional.attempt import TransactionAttempt
 from kstorm.tuple import Fields, Tuple
-from kstorm.windowing.aggregate import AggregateWindows, late_mask, merge, partials
+from kstorm.windowing.aggregate import AggregateWindows, merge
 from kstorm.windowing.bolt import acks_on_arrival
 from kstorm.windowing.durations import Duration
 from kstorm.windowing.sessions import bind_session_keys
@@ -141,9 +150,6 @@ __all__ = ["TopologyTestDriver"]
 _DRIVER_SERIAL = itertools.count()  # each driver's state namespace: testdriver-<n>/<name>
 
 _KAFKA_META = ("topic", "partition", "offset", "kafka_key", "kafka_timestamp", "kafka_headers")
-
-# topology.debug: every emitted tuple, as the commit phase logs it on Spark
-debug_log = logging.getLogger("kstorm.debug")
 
 
 class _Chunks:
@@ -182,6 +188,7 @@ class _Attempt:
     states: list[tuple[Any, Any]] = field(default_factory=list)  # (bolt, state) prepared
     acker: dict[int, list[Any]] = field(default_factory=lambda: defaultdict(list))
     notices: dict[str, list[Notice]] = field(default_factory=dict)  # free-form spouts
+    rows: list[Outgoing | Packed] = field(default_factory=list)  # for the commit phase
 
 
 class TopologyTestDriver:
@@ -225,11 +232,7 @@ class TopologyTestDriver:
                                 self.settings.transaction_failure_policy, 0)
         self._closed = False
         # at least once: Kafka and list spouts' tuples are tracked as on Spark (ackers, retries)
-        self._acking = None
-        if self.settings.guarantee is Guarantee.AT_LEAST_ONCE and self.settings.ackers_enabled:
-            self._acking = acking_plan(topology, self.plan,
-                                       n_ackers=self.settings.acker_executors or 1,
-                                       timeout_ms=self.settings.message_timeout_secs * 1000)
+        self._acking = reliability_plan(topology, self.plan, self.settings)
         self._ackers: dict[int, DictStore] = {}
         self._trackers: dict[str, SpoutTracker] = {}
         self._spouts: dict[str, Any] = {}
@@ -245,8 +248,6 @@ class TopologyTestDriver:
         self._committed: int | None = None  # the newest txid committed (cleanup_before)
         self._due_ticks: list[str] = []  # the bolts with a tick in the running batch
         if self._acking is not None:
-            check_window_timeouts(topology, self._acking, lambda spout: self.settings.
-                                  spout_max_pending(topology.components[spout].conf))
             self._ackers = {i: DictStore() for i in range(self._acking.n_ackers)}
             for spout in self._acking.spout_tasks:
                 declared = topology.components[spout].component
@@ -626,35 +627,30 @@ class TopologyTestDriver:
     # -- one batch -------------------------------------------------------------------------
 
     def _batch(self, tuples: dict[str, list[Tuple]]) -> None:
+        """One batch as one transaction (``kstorm/_runtime/batch_loop.py``), then its record."""
         batch_id = self.batch_id
         txid = self._txid(batch_id)
-        attempt = 0
         self._inputs = set(tuples)  # the spouts with a batch of their own (not only retries)
         retries = self._retries(tuples)
         now_counts = counts(self._ticks, self.now_ms)
         self._due_ticks = due(self._tick_counts, now_counts)
-        while True:
-            saved = self._save()
-            try:
-                done = self._attempt(batch_id, TransactionAttempt(txid, attempt), tuples, retries)
-                break
-            except Exception as exc:  # noqa: BLE001 - decided below, re-raised if final
-                self._restore(saved, txid)
-                decision = self._tx.decide(attempt, exc)
-                if decision.kind == "fatal":
-                    raise  # a topology or configuration error: no retry cures it
-                self.counters[f"__transactions.{decision.kind}"] += 1
-                if decision.action == "retry":
-                    attempt += 1
-                    continue
-                if decision.action == "dead-letter":
-                    done = self._given_up(tuples, txid, attempt + 1, decision.cause)
-                    break
-                where = (f"component {decision.component!r}" if decision.component
-                         else "the batch")
-                tries = "" if decision.kind == "fatal" else f" after {attempt + 1} attempt(s)"
-                msg = f"txid {txid} failed in {where}{tries}: {decision.cause}"
-                raise KstormError(msg) from exc
+        saved: list[dict[str, Any]] = []
+
+        def process(attempt: int) -> _Attempt:  # the stages and the commit phase, in process
+            saved[:] = [self._save()]
+            return self._attempt(batch_id, TransactionAttempt(txid, attempt), tuples, retries)
+
+        def failed(_attempt: int, decision: Decision, exc: Exception) -> None:
+            self._restore(saved[0], txid)
+            if decision.kind == "fatal":
+                raise exc  # a topology or configuration error: no retry cures it
+            self.counters[f"__transactions.{decision.kind}"] += 1
+
+        done = run_transaction(
+            self._tx, process, lambda made, _attempt: made, failed=failed,
+            give_up=lambda attempts, decision: self._given_up(tuples, txid, attempts,
+                                                              decision.cause),
+            fatal=lambda attempt, decision: failure_error(txid, attempt, decision))
         self._apply(done, txid)
         self._tick_counts = now_counts
         self._committed = txid
@@ -692,37 +688,31 @@ class TopologyTestDriver:
         return out
 
     def _settle_trees(self, done: _Attempt, retries: dict[str, list[tuple]]) -> None:
-        """The commit phase's step 3b: the ackers' events become the spouts' decisions."""
+        """The commit phase's step 3b: the ackers' events become the spouts' decisions.
+
+        The ackers run here (Spark's acker operator); the spout side is the runtime's
+        (:func:`~kstorm._runtime.reliability.settle_trees`), at the driver's clock.
+        """
         assert self._acking is not None
-        events: dict[int, list[Any]] = defaultdict(list)
-        pending: dict[int, list[Any]] = defaultdict(list)
-        acked: Counter[int] = Counter()
+        payloads = []
         for task, store in self._ackers.items():
-            payloads = done.acker.get(task, [])
-            if payloads:
-                result = run_acker_batch(payloads, store,
-                                         report_acks=self._acking.report_acks).to_payload()
-                for event in result["events"]:
-                    events[event[2]].append(event)
-                for root, spout_task, msg in result["pending"]:
-                    pending[spout_task].append((root, spout_task, msg))
-                acked.update(result["acked"])
+            if done.acker.get(task):
+                payloads.append(run_acker_batch(done.acker[task], store,
+                                                report_acks=self._acking.report_acks)
+                                .to_payload())
             for root in list(stale_roots(list(store.items()), self.now_ms,
                                          self._acking.timeout_ms)):
                 store.delete(root)
-        out = BatchOutcome()
-        for spout, task in self._acking.spout_tasks.items():
-            if spout in self._emits:  # a free-form spout: notices for its own instance
-                done.notices[spout] = emits_batch(spout, self._emits[spout], self.now_ms,
-                                                  pending[task], events[task], out.counters)
-                out.counters[f"{spout}.acked"] += acked[task]
-                continue
-            tracker = self._trackers[spout]
-            decisions = spout_batch(spout, task, tracker, self.now_ms, retries.get(spout, []),
-                                    pending[task], events[task], out.counters)
-            out.counters[f"{spout}.acked"] += acked[task]
-            apply_decisions(spout, self._spouts[spout], tracker.retry.max_retries, decisions,
-                            out, fetch=lambda _spout, _ids: {}, row_of=self._records[spout].get)
+        out = BatchOutcome(trackers=self._trackers, emits=self._emits)
+
+        def apply(spout: str, decisions: list[Any]) -> None:
+            apply_decisions(spout, self._spouts[spout], self._trackers[spout].retry.max_retries,
+                            decisions, out, fetch=lambda _spout, _ids: {},
+                            row_of=self._records[spout].get)
+
+        settle_trees(self._acking.spout_tasks, payloads, out,
+                     lambda spout: (self.now_ms, retries.get(spout, [])), apply)
+        done.notices.update(out.notices)
         done.counters.update(out.counters)
         done.dead_letters.extend(out.dead_letters)
 
@@ -755,8 +745,7 @@ class TopologyTestDriver:
 
     def _given_up(self, tuples: dict[str, list[Tuple]], txid: int, attempts: int,
                   cause: str) -> _Attempt:
-        reason = (f"transaction {txid} failed {attempts} times (kstorm.transaction.max."
-                  f"attempts); last: {cause}")
+        reason = given_up_reason(txid, attempts, cause)
         done = _Attempt()
         for spout, ts in tuples.items():
             raw = source_kind(self.topology.components[spout].component) in ("kafka", "list")
@@ -779,9 +768,7 @@ class TopologyTestDriver:
         for sink, ts in done.sinks.items():
             self._received[sink].extend(ts)
         self._emitted.extend(done.captured)
-        if self.settings.debug and debug_log.isEnabledFor(logging.INFO):  # as on Spark
-            for component, stream, values in done.captured:
-                debug_log.info("batch %s: %s emitted on %s: %r", txid, component, stream, values)
+        driver_rows.log_emitted(self.settings, self.batch_id, done.captured)  # as on Spark
         self.dead_letters.extend(done.dead_letters)
         self.counters.update(done.counters)
         if self._polling:  # as the commit phase: the notices for the spouts' processes
@@ -795,7 +782,6 @@ class TopologyTestDriver:
         done = _Attempt()
         inbox: dict[int, list[Any]] = defaultdict(list)   # stage -> envelope rows / tuples
         raw: dict[int, list[tuple[int, Tuple]]] = defaultdict(list)
-        commit_rows: dict[str, list[Any]] = defaultdict(list)
         partials_of: dict[str, list[Tuple]] = defaultdict(list)
         for spout, ts in tuples.items():
             if source_kind(self.topology.components[spout].component) == "transactional":
@@ -807,7 +793,7 @@ class TopologyTestDriver:
             fresh = [(0, _fresh(t)) for t in ts]
             self._route(list(executor.process_rows(interleaved(fresh) if source.ordered
                                                    else fresh))
-                        + list(executor.finish_rows()), inbox, commit_rows, done)
+                        + list(executor.finish_rows()), inbox, done)
             done.counters.update(executor.counters)
             for stage in self.plan.stages:
                 if stage.raw_spout != spout or stage.is_source:
@@ -819,15 +805,15 @@ class TopologyTestDriver:
                                                             [_fresh(t) for t in ts]))
         if self._due_ticks:  # as the tick source's rows on Spark: one per task, unanchored
             tasks = {c: self.topology.components[c].parallelism for c in self._due_ticks}
-            self._route(tick_rows(tasks, self._ticks, self._due_ticks), inbox, commit_rows, done)
-        folded: dict[str, tuple[list[pa.Table], dict[str, int], int]] = {}
+            self._route(tick_rows(tasks, self._ticks, self._due_ticks), inbox, done)
+        folded: dict[str, dict[str, Any]] = {}
         for stage in self.plan.stages:
             if stage.is_source:
                 continue
             if stage.native_window:
                 late_rows, folded[stage.head] = self._aggregate_stage(
                     stage, partials_of.get(stage.head, []), done)
-                self._route(late_rows, inbox, commit_rows, done)
+                self._route(late_rows, inbox, done)
                 continue
             arrived = self._arrivals(stage, raw.get(stage.index, []), inbox.get(stage.index, []))
             if stage.windowed:
@@ -836,15 +822,41 @@ class TopologyTestDriver:
                 rows = self._run_keyed(stage, batch_id, attempt, arrived, done)
             else:
                 rows = self._run_plain(stage, batch_id, attempt, arrived, done)
-            self._route(rows, inbox, commit_rows, done)
-        extra = self._close_windows(folded, done)
-        if self.plan.commit_stage is not None:
-            self._run_commit(batch_id, attempt, commit_rows, inbox, done)
-        for sink, ts in extra.items():
-            done.sinks[sink].extend(ts)
+            self._route(rows, inbox, done)
+        self._commit_phase(batch_id, attempt, folded, done)
         if self._acking is not None:
             self._settle_trees(done, retries)
         return done
+
+    def _commit_phase(self, batch_id: int, attempt: TransactionAttempt,
+                      folded: dict[str, dict[str, Any]], done: _Attempt) -> None:
+        """The commit phase's steps 1-7 and 9 over the rows for the driver, as on Spark.
+
+        What differs: the sinks *receive* their tuples, dead letters and emissions are kept
+        (:meth:`_apply`, once the attempt succeeded).
+        """
+        # Step 1: the rows addressed to the driver, by destination.
+        by_dest = split_by_dest(pa.Table.from_batches([to_arrow(done.rows)]))
+        # Step 3: the stage tasks' metrics.
+        for found in driver_rows.metrics(by_dest.pop(METRICS, EMPTY)):
+            found.pop("stage", None)
+            done.counters.update(found)
+        # Step 4: windowed aggregates fold the batch in and emit the windows that closed.
+        extra = self._close_windows(folded, done)
+        # Step 5: the commit stage (committers and the bolts they feed).
+        done.counters.update(driver_rows.run_commit_stage_rows(
+            self.topology, self.plan, self.name, self.conf, self.settings, batch_id, attempt,
+            by_dest))
+        # Step 6: each sink receives its tuples (the rows left are the sinks').
+        captured = by_dest.pop(CAPTURE, EMPTY)
+        dead = by_dest.pop(DEAD_LETTER, EMPTY)
+        for sink in [*by_dest, *(c for c in extra if c not in by_dest)]:
+            tuples = driver_rows.sink_tuples(self.topology, by_dest.pop(sink, EMPTY),
+                                             extra.get(sink, []))
+            done.sinks[sink] = tuples.make() if isinstance(tuples, UnmadeTuples) else tuples
+        # Step 7, 9: dead letters and captured emissions (kept by _apply).
+        done.dead_letters += driver_rows.dead_letters(dead)
+        done.captured += driver_rows.emitted(captured)
 
     def _executor(self, stage: Stage, batch_id: int, attempt: TransactionAttempt,
                   partition: int, state_for: Any = None) -> StageExecutor:
@@ -921,31 +933,25 @@ class TopologyTestDriver:
         return {f.name: f.type for f in schema}
 
     def _route(self, rows: Iterable[Outgoing | Packed], inbox: dict[int, list[Any]],
-               commit_rows: dict[str, list[Any]], done: _Attempt) -> None:
+               done: _Attempt) -> None:
+        """Rows for a stage to its inbox, acker messages to the ackers, the rest to the driver.
+
+        The driver's rows (sinks, the commit stage, metrics, dead letters, captured
+        emissions) are read in the commit phase (:meth:`_commit_phase`), as on Spark.
+        """
         for row in rows:
             dest = row.dest
-            if dest == CAPTURE:
-                done.captured.append((row.src, row.stream, pickle.loads(row.values)))
-            elif dest == DEAD_LETTER:
-                done.dead_letters.append(as_record(pickle.loads(row.values)))
-            elif dest == METRICS:
-                found = pickle.loads(row.values)
-                found.pop("stage", None)
-                done.counters.update(found)
-            elif dest == ACKER:
+            if dest == ACKER:
                 done.acker[row.task].append(pickle.loads(row.values))
-            else:
-                where = self.plan.stage_of.get(dest)
-                if where == DRIVER:
-                    done.sinks[dest].extend(t for _, t in envelope_tuples(to_arrow([row]),
-                                                                         self.topology))
-                elif where == COMMIT:
-                    commit_rows[dest].append(row)
-                elif where is not None:
-                    inbox[where].append(row)
-                else:  # pragma: no cover - the plan addresses only its own components
-                    msg = f"a row for unknown destination {dest!r}"
-                    raise TopologyError(msg)
+                continue
+            where = self.plan.stage_of.get(dest)
+            if dest in (CAPTURE, DEAD_LETTER, METRICS) or where in (DRIVER, COMMIT):
+                done.rows.append(row)
+            elif where is not None:
+                inbox[where].append(row)
+            else:  # pragma: no cover - the plan addresses only its own components
+                msg = f"a row for unknown destination {dest!r}"
+                raise TopologyError(msg)
 
     def _arrivals(self, stage: Stage, raw: list[tuple[int, Tuple]], rows: list[Any]
                   ) -> list[tuple[int, Tuple]]:
@@ -1055,14 +1061,17 @@ class TopologyTestDriver:
         return WindowedTask(component, config, inputs, store, tracked=tracked)
 
     def _aggregate_stage(self, stage: Stage, ts: list[Tuple], done: _Attempt
-                         ) -> tuple[list[Packed], tuple[list[pa.Table], dict[str, int], int]]:
-        """A windowed aggregate's stage: late rows flagged (and sent on), partials built."""
+                         ) -> tuple[list[Packed], dict[str, Any]]:
+        """A windowed aggregate's stage: late rows flagged (and sent on), partials built.
+
+        The partials leave as a read task's payload on Spark does (``fold_partials``).
+        """
         component = stage.head
         windows = self._aggregates[component]
         spec = windows.spec
         done.counters[f"{component}.executed"] += len(ts)
         if not ts:
-            return [], ([], {}, 0)
+            return [], {"partials": None, "latest": {}, "late": 0}
         clocks = dict(windows.latest)
         if windows.new_stream_clock() is not None:
             clocks[NEW_STREAM] = windows.new_stream_clock()
@@ -1073,55 +1082,31 @@ class TopologyTestDriver:
         streams = np.array([_stream_of(t) for t in ts], dtype=object)
         latest = {s: c for s in set(streams.tolist())
                   if (c := clock_of(clocks, s)) is not None}
-        stamps = table.column(spec.ts_field).cast(pa.int64()).to_numpy(zero_copy_only=False)
-        late = late_mask(stamps, streams, latest, spec.lag_ms)
-        n_late = int(late.sum())
-        done.counters[f"{component}.late"] += n_late
-        late_rows = []
+        consumers = ([c for c, _ in self.topology.consumers(component, spec.late_stream)]
+                     if spec.late_stream else [])
+        late, late_rows, part = read_rows(table, streams, latest, spec, component, consumers,
+                                          fields)
+        done.counters[f"{component}.late"] += len(late)
         if spec.late_stream:
-            consumers = self.topology.consumers(component, spec.late_stream)
-            for t, is_late in zip(ts, late, strict=True):
-                if not is_late:
-                    continue
-                values = [dict(zip(fields, t.values, strict=True))]
-                done.captured.append((component, spec.late_stream, values))
-                late_rows += [Packed(c, 0, component, spec.late_stream, pack([values]), None)
-                              for c, _ in consumers]
-        kept = table.filter(pa.array(~late))
-        parts = [partials(kept, spec)] if kept.num_rows else []
-        return late_rows, (parts, latest, n_late)
+            done.captured += [(component, spec.late_stream, [v]) for v in late]
+        merged = merge([part], spec) if part is not None else None
+        return late_rows, {"partials": merged, "latest": latest, "late": len(late)}
 
-    def _close_windows(self, folded: dict[str, tuple[list[pa.Table], dict[str, int], int]],
-                       done: _Attempt) -> dict[str, list[Tuple]]:
+    def _close_windows(self, folded: dict[str, dict[str, Any]], done: _Attempt
+                       ) -> dict[str, list[ClosedWindows]]:
         """The commit phase's step 4: each aggregate folds the batch in, closed windows out."""
-        extra: dict[str, list[Tuple]] = defaultdict(list)
+        extra: dict[str, list[ClosedWindows]] = defaultdict(list)
         for component, windows in self._aggregates.items():
-            parts, latest, n_late = folded.get(component, ([], {}, 0))
-            merged = [merge(parts, windows.spec)] if parts else []
-            results = windows.results(windows.advance(merged, latest, n_late))
+            payloads = [folded[component]] if component in folded else []
+            closed = ClosedWindows(component, self.topology.components[component]
+                                   .streams["default"], fold_partials(windows, payloads),
+                                   windows)
+            results = closed.tuples()
             done.counters[f"{component}.windows"] += len(results)
-            fields = self.topology.components[component].streams["default"]
-            for values in results:
-                done.captured.append((component, "default", list(values)))
+            done.captured += [(component, "default", list(t.values)) for t in results]
             for consumer, _ in self.topology.consumers(component, "default"):
-                extra[consumer].extend(Tuple(v, fields, component) for v in results)
+                extra[consumer].append(closed)
         return extra
-
-    def _run_commit(self, batch_id: int, attempt: TransactionAttempt,
-                    commit_rows: dict[str, list[Any]], inbox: dict[int, list[Any]],
-                    done: _Attempt) -> None:
-        from kstorm._runtime.committers import run_commit_stage
-
-        inputs = {c: pa.Table.from_batches([to_arrow(rows)]) for c, rows in commit_rows.items()}
-        outcome = run_commit_stage(self.topology, self.plan, self.name, self.conf,
-                                   self.settings, batch_id, attempt, inputs)
-        done.counters.update(outcome.counters)
-        rows: list[Outgoing] = []
-        for batch in outcome.rows.to_batches():
-            cols = [batch.column(n).to_pylist() for n in ENVELOPE_FIELDS]
-            rows += [Packed(*r) if r[0] in self.plan.stage_of else Outgoing(*r)
-                     for r in zip(*cols, strict=True)]
-        self._route(rows, inbox, defaultdict(list), done)
 
     def _check_open(self) -> None:
         if self._closed:

@@ -194,6 +194,17 @@ def test_only_the_offset_log_module_reads_sparks_checkpoint_logs():
     assert offenders == []
 
 
+def test_one_transaction_loop_decides_what_follows_a_failed_attempt():
+    """The Spark runner's commit phase and the test driver run a batch's attempts through
+    ``kstorm/_runtime/batch_loop.py``: nothing else asks ``Transactions.decide``."""
+    offenders = [name for name, path in MODULES.items()
+                 if name not in ("kstorm._runtime.batch_loop", "kstorm._runtime.transaction")
+                 and re.search(r"\.decide\(\s*attempt", path.read_text())]
+    assert offenders == []
+    for name in ("kstorm._spark.commit", "kstorm.testdriver"):
+        assert "kstorm._runtime.batch_loop" in GRAPH[name]
+
+
 def test_the_planner_never_imports_test_helpers():
     assert "kstorm.testing" not in GRAPH["kstorm._runtime.plan"]
 

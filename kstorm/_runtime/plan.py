@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kstorm.bolt import BaseStatefulBolt
+from kstorm.config import Guarantee, TopologyConfig
 from kstorm.errors import ConfigError, TopologyError
 from kstorm.grouping import Grouping, GroupingKind
 from kstorm.spout import BaseRichSpout
@@ -170,6 +171,25 @@ def acking_plan(topology: StormTopology, plan: Plan, *, n_ackers: int,
     if not tasks:
         return None
     return AckingPlan(n_ackers, tasks, frozenset(report), timeout_ms)
+
+
+def reliability_plan(topology: StormTopology, plan: Plan, settings: TopologyConfig
+                     ) -> AckingPlan | None:
+    """The acking plan the settings ask for, its windows checked; None without ackers.
+
+    At least once with ackers (``topology.acker.executors`` not 0): :func:`acking_plan`
+    with the settings' ackers and ``topology.message.timeout.secs``, then
+    :func:`check_window_timeouts` against each spout's ``topology.max.spout.pending``.
+    The Spark runner and the test driver both start from it.
+    """
+    if not (settings.guarantee is Guarantee.AT_LEAST_ONCE and settings.ackers_enabled):
+        return None
+    acking = acking_plan(topology, plan, n_ackers=settings.acker_executors or 1,
+                         timeout_ms=settings.message_timeout_secs * 1000)
+    if acking is not None:
+        check_window_timeouts(topology, acking, lambda spout: settings.spout_max_pending(
+            topology.components[spout].conf))
+    return acking
 
 
 def check_window_timeouts(topology: StormTopology, acking: AckingPlan,

@@ -130,39 +130,23 @@ class SpoutReliability:
         batch_id = offsets.batch_id
         trackers, emits = self._load(batch_id)
         out = BatchOutcome(trackers=trackers, emits=emits)
-        by_task: dict[int, list[tuple[str, int, int, Any]]] = defaultdict(list)
-        pending: dict[int, list[tuple[int, int, Any]]] = defaultdict(list)
-        acked: Counter[int] = Counter()
+        payloads = []
         expired = 0
         for acker, raw in events:
             payload = pickle.loads(raw)
-            for event in payload["events"]:
-                by_task[event[2]].append(event)
-            for root, task, msg in payload["pending"]:
-                pending[task].append((root, task, msg))
-            acked.update(payload["acked"])
+            payloads.append(payload)
             self._acker_entries[acker] = payload["entries"]
             expired += payload["expired"]
-        for spout_id, task in self.acking.spout_tasks.items():
-            if spout_id in self.free:
-                now = read_marks(offsets.marks_of(spout_id))[0]
-                now = offsets.timestamp_ms if now is None else now
-                emitted = out.emits[spout_id]
-                out.notices[spout_id] = emits_batch(spout_id, emitted, now, pending[task],
-                                                    by_task[task], out.counters)
-                out.counters[f"{spout_id}.acked"] += acked[task]
-                out.gauges[f"{spout_id}.pending"] = emitted.pending_count
-                continue
-            tracker = out.trackers[spout_id]
+        for spout_id in trackers:
             out.ends[spout_id] = {(t, p): o for t, parts in offsets.ends_of(spout_id).items()
                                   for p, o in parts.items()}
+
+        def marks(spout_id: str) -> tuple[int, list[tuple[str, int, int, int]]]:
             now, retries = read_marks(offsets.marks_of(spout_id))
-            now = offsets.timestamp_ms if now is None else now
-            decisions = spout_batch(spout_id, task, tracker, now, retries, pending[task],
-                                    by_task[task], out.counters)
-            out.counters[f"{spout_id}.acked"] += acked[task]
-            self._apply(spout_id, decisions, out)
-            out.gauges[f"{spout_id}.pending"] = tracker.pending_count + tracker.waiting_count
+            return (offsets.timestamp_ms if now is None else now), retries
+
+        settle_trees(self.acking.spout_tasks, payloads, out, marks,
+                     lambda spout_id, decisions: self._apply(spout_id, decisions, out))
         out.gauges["__acker.pending"] = sum(self._acker_entries.values())
         if expired:
             out.counters["__acker.expired"] += expired
@@ -218,6 +202,42 @@ class SpoutReliability:
             self.layout.write(self.layout.book_path(spout_id),
                               book_of(batch_id, tracker, out.ends[spout_id]).to_json().encode())
         self.layout.retain(self.dir, TRACKERS, batch_id)
+
+
+def settle_trees(spout_tasks: dict[str, int], payloads: list[dict[str, Any]],
+                 out: BatchOutcome, marks: Any, apply: Any) -> None:
+    """Steps 2-4 for every tracked spout, from the ackers' payloads of one batch.
+
+    Pure (both orchestrations run it: the commit phase, the test driver): ``out`` holds the
+    spouts' trackers (``out.trackers``, ``out.emits`` for free-form spouts) and takes the
+    counters, gauges and notices; ``marks(spout)`` is the batch's ``(time, retries)`` for
+    the spout, ``apply(spout, decisions)`` the spout's side of its decisions
+    (:func:`apply_decisions`).
+    """
+    by_task: dict[int, list[tuple[str, int, int, Any]]] = defaultdict(list)
+    pending: dict[int, list[tuple[int, int, Any]]] = defaultdict(list)
+    acked: Counter[int] = Counter()
+    for payload in payloads:
+        for event in payload["events"]:
+            by_task[event[2]].append(event)
+        for root, task, msg in payload["pending"]:
+            pending[task].append((root, task, msg))
+        acked.update(payload["acked"])
+    for spout_id, task in spout_tasks.items():
+        now, retries = marks(spout_id)
+        if spout_id in out.emits:  # a free-form spout: notices for its own instance
+            emitted = out.emits[spout_id]
+            out.notices[spout_id] = emits_batch(spout_id, emitted, now, pending[task],
+                                                by_task[task], out.counters)
+            out.counters[f"{spout_id}.acked"] += acked[task]
+            out.gauges[f"{spout_id}.pending"] = emitted.pending_count
+            continue
+        tracker = out.trackers[spout_id]
+        decisions = spout_batch(spout_id, task, tracker, now, retries, pending[task],
+                                by_task[task], out.counters)
+        out.counters[f"{spout_id}.acked"] += acked[task]
+        apply(spout_id, decisions)
+        out.gauges[f"{spout_id}.pending"] = tracker.pending_count + tracker.waiting_count
 
 
 def spout_batch(spout_id: str, task: int, tracker: SpoutTracker, now: int,

@@ -1,11 +1,12 @@
 """The commit phase: what runs on the driver for each batch, in batch order (``foreachBatch``).
 
 A batch is a transaction (seed 002): its txid is the checkpoint's txid base + ``batch_id``.
-:meth:`CommitPhase.__call__` runs it as attempt 0, 1, ... (a new attempt id each time, the
-same txid and content): the attempt's processing phase is the Spark job that computes the
-batch's rows for the driver (as ``toArrow`` would: ``kstorm/_spark/batch_rows.py``), then
-:meth:`CommitPhase.commit`. A failed attempt is retried in place, then the failure policy applies
-(``kstorm/_runtime/transaction.py``). :meth:`CommitPhase.commit`, for one attempt:
+:meth:`CommitPhase.__call__` runs it as attempt 0, 1, ... through the loop both
+orchestrations share (``kstorm/_runtime/batch_loop.py``: a new attempt id each time, the same
+txid and content, a failed attempt retried in place, then the failure policy): the attempt's
+processing phase is the Spark job that computes the batch's rows for the driver (as
+``toArrow`` would: ``kstorm/_spark/batch_rows.py``), then :meth:`CommitPhase.commit`, for one
+attempt:
 
 1. Split the batch's rows addressed to the driver by destination.
 2. Read the batch's end offsets from Spark's offset log (written before the batch ran, so a
@@ -53,7 +54,6 @@ from __future__ import annotations
 
 import json
 import logging
-import pickle
 import random
 import threading
 import time
@@ -66,9 +66,15 @@ from typing import Any
 
 import pyarrow as pa
 
+from kstorm._runtime import driver_rows
+from kstorm._runtime.batch_loop import (
+    ClosedWindows,
+    failure_error,
+    given_up_reason,
+    run_transaction,
+)
 from kstorm._runtime.checkpoint import CheckpointLayout
-from kstorm._runtime.committers import run_commit_stage
-from kstorm._runtime.deadletter import DeadLetterWriter, as_record
+from kstorm._runtime.deadletter import DeadLetterWriter
 from kstorm._runtime.envelope import (
     ACKER_EVENTS,
     CAPTURE,
@@ -79,8 +85,6 @@ from kstorm._runtime.envelope import (
     TXMETA_PREFIX,
     split_by_dest,
     txmeta_dest,
-    unpack_metas,
-    unpack_values,
     window_dest,
 )
 from kstorm._runtime.plan import Plan, source_kind
@@ -100,35 +104,15 @@ from kstorm._spark.offset_log import read_batch
 from kstorm._spark.speedups.gc_control import paused
 from kstorm._spark.windowed_bolt import state_key
 from kstorm.config import TopologyConfig
-from kstorm.errors import KstormError, SinkError, SourceError, StateError
-from kstorm.sink import BaseSink, SinkBatch, UnmadeTuples
+from kstorm.errors import KstormError, SinkError, StateError
+from kstorm.sink import BaseSink, SinkBatch
 from kstorm.topology import StormTopology
 from kstorm.transactional.attempt import TransactionAttempt
-from kstorm.tuple import Fields, Tuple
 
 log = logging.getLogger("kstorm.commit")
-debug_log = logging.getLogger("kstorm.debug")
 progress_log = logging.getLogger("kstorm.progress")  # one INFO line per committed batch
 
 UNACKED_STATE = "acking:lowest-unacked"  # sink state entry: where tracked spouts resume
-
-
-@dataclass
-class _Closed:
-    """The windows a built-in windowed aggregate closed in a batch, for its consumers."""
-
-    component: str
-    fields: Fields
-    closed: pa.Table
-    windows: Any  # AggregateWindows
-
-    def tuples(self) -> list[Tuple]:
-        """One tuple per window: ``[*key, window_start, window_end, *aggregates]``."""
-        return [Tuple(v, self.fields, self.component) for v in self.windows.results(self.closed)]
-
-    def table(self) -> pa.Table | None:
-        """The same as Arrow columns named by the fields (None for per-window aggregates)."""
-        return self.windows.results_table(self.closed, list(self.fields))
 
 
 @dataclass
@@ -199,42 +183,35 @@ class CommitPhase:
                                          random.getrandbits(40) << 16)
 
     def __call__(self, frame: Any, batch_id: int) -> None:
-        """Run batch ``batch_id`` as one transaction: attempts, retries, the policy."""
+        """Run batch ``batch_id`` as one transaction (``kstorm/_runtime/batch_loop.py``)."""
         context = frame.sparkSession.sparkContext
         txid = self.txid_base + batch_id
-        attempt = 0
         if self.committed_txid is not None:  # a coordinated spout's cleanup_before
             context.setLocalProperty(COMMITTED_PROPERTY, str(self.committed_txid))
+
+        def process(attempt: int) -> pa.Table:  # the attempt's Spark job
+            context.setLocalProperty(ATTEMPT_PROPERTY, str(self.transactions.attempt_id(attempt)))
+            return self.rows(frame)
+
+        def ready() -> None:  # the previous batch's sinks (overlapped, strict txid order)
+            waiting = time.monotonic()
+            self.wait_for_sinks()
+            self._waited = time.monotonic() - waiting
+
+        def failed(attempt: int, decision: Decision, exc: Exception) -> None:
+            self._failed_attempt(txid, attempt, decision)
+            if self.states is not None and decision.action != "fail":
+                self._roll_states_back(txid, exc)  # the next attempt prepares again
+
         try:
-            while True:
-                attempt_id = self.transactions.attempt_id(attempt)
-                context.setLocalProperty(ATTEMPT_PROPERTY, str(attempt_id))
-                try:
-                    table = self.rows(frame)
-                except Exception as exc:  # noqa: BLE001 - decided below, re-raised if final
-                    failed = exc
-                else:
-                    # the previous batch's sinks (overlapped, strict txid order): final
-                    waiting = time.monotonic()
-                    self.wait_for_sinks()
-                    self._waited = time.monotonic() - waiting
-                    try:
-                        self.commit(table, batch_id, attempt_id)
-                        return
-                    except Exception as exc:  # noqa: BLE001 - decided below
-                        failed = exc
-                decision = self.transactions.decide(attempt, failed)
-                self._failed_attempt(txid, attempt, decision)
-                if self.states is not None and decision.action != "fail":
-                    self._roll_states_back(txid, failed)  # the next attempt prepares again
-                if decision.action == "retry":
-                    time.sleep(decision.delay_s)
-                    attempt += 1
-                    continue
-                if decision.action == "dead-letter":
-                    self._give_up(context, frame, batch_id, attempt + 1, decision)
-                    return
-                raise self._fatal(txid, attempt, decision) from failed
+            run_transaction(
+                self.transactions, process,
+                lambda table, attempt: self.commit(table, batch_id,
+                                                   self.transactions.attempt_id(attempt)),
+                failed=failed, ready=ready, sleep=time.sleep,
+                give_up=lambda attempts, decision: self._give_up(context, frame, batch_id,
+                                                                 attempts, decision),
+                fatal=lambda attempt, decision: failure_error(txid, attempt, decision))
         except BaseException as exc:
             self.failure = exc
             raise
@@ -263,23 +240,11 @@ class CommitPhase:
                                      "dead-letter": "dead-lettering the batch's input",
                                      "fail": "stopping"}[decision.action])
 
-    def _fatal(self, txid: int, attempt: int, decision: Decision) -> KstormError:
-        where = f"component {decision.component!r}" if decision.component else "the batch"
-        tries = "" if decision.kind == "fatal" else f" after {attempt + 1} attempt(s)"
-        msg = f"txid {txid} failed in {where}{tries}: {decision.cause}"
-        hint = ("raise kstorm.transaction.max.attempts, or set kstorm.transaction.failure."
-                "policy = dead-letter to dead-letter a failing batch's input and go on"
-                if decision.kind != "fatal" else "")
-        kind = SinkError if decision.kind == "sink" else (
-            SourceError if decision.kind == "source" else KstormError)
-        return kind(msg, hint=hint)
-
     def _give_up(self, context: Any, frame: Any, batch_id: int, attempt: int,
                  decision: Decision) -> None:
         """The failure policy ``dead-letter``: the batch again, its spout tuples dead letters."""
         txid = self.txid_base + batch_id
-        reason = (f"transaction {txid} failed {attempt} times (kstorm.transaction.max."
-                  f"attempts); last: {decision.cause}")
+        reason = given_up_reason(txid, attempt, decision.cause)
         context.setLocalProperty(ATTEMPT_PROPERTY, str(self.transactions.attempt_id(attempt)))
         context.setLocalProperty(DEAD_LETTER_PROPERTY, reason)
         try:
@@ -310,8 +275,7 @@ class CommitPhase:
         # Step 2b: transactional spouts' end offsets, with what opaque replays returned.
         transactional = self._transactional_ends(offsets, by_dest)
         # Step 3: metrics (folded in once the batch committed).
-        metrics = [pickle.loads(p)
-                   for p in by_dest.pop(METRICS, EMPTY).column("__vals").to_pylist()]
+        metrics = driver_rows.metrics(by_dest.pop(METRICS, EMPTY))
         # Step 3b: at least once, the spout side of the trees that ended or timed out.
         reliable = None
         if self.reliability is not None:
@@ -320,27 +284,23 @@ class CommitPhase:
                 offsets, list(zip(events.column("__task").to_pylist(),
                                   events.column("__vals").to_pylist(), strict=True)))
         # Step 4: windowed aggregates fold the batch in and emit the windows that closed.
-        extra: dict[str, list[_Closed]] = defaultdict(list)
+        extra: dict[str, list[ClosedWindows]] = defaultdict(list)
         persist = []
         for component, windows in self.windows.items():
             rows = by_dest.pop(window_dest(component), EMPTY)
             closed, state = windows.commit_closed(batch_id, rows.column("__vals").to_pylist())
             persist.append((windows, state))
-            out = _Closed(component, self.topology.components[component].streams["default"],
-                          closed, state)
+            out = ClosedWindows(component,
+                                self.topology.components[component].streams["default"],
+                                closed, state)
             for consumer, _ in self.topology.consumers(component, "default"):
                 extra[consumer].append(out)
             metrics.append({f"{component}.windows": closed.num_rows})
         # Step 5: the commit stage (committers and the bolts they feed).
         if self.plan is not None and self.plan.commit_stage is not None and not given_up:
-            inputs = {c: by_dest.pop(c, EMPTY) for c in self.plan.commit_stage.bolts}
-            outcome = run_commit_stage(self.topology, self.plan, self.name, self.conf,
-                                       self.settings, batch_id,
-                                       TransactionAttempt(txid, attempt_id), inputs)
-            metrics.append(outcome.counters)
-            for dest, rows in split_by_dest(outcome.rows).items():
-                by_dest[dest] = (pa.concat_tables([by_dest[dest], rows]) if dest in by_dest
-                                 else rows)
+            metrics.append(driver_rows.run_commit_stage_rows(
+                self.topology, self.plan, self.name, self.conf, self.settings, batch_id,
+                TransactionAttempt(txid, attempt_id), by_dest))
         # Step 6: sinks, in topology order.
         captured = by_dest.pop(CAPTURE, EMPTY)
         dead = by_dest.pop(DEAD_LETTER, EMPTY)
@@ -384,8 +344,7 @@ class CommitPhase:
 
     def _write_dead_letters(self, done: _Done) -> None:
         """Step 7: the batch's dead letters, with the spouts' given-up tuples."""
-        self.dead_letters.write(done.batch_id, [as_record(pickle.loads(v))
-                                                for v in done.dead.column("__vals").to_pylist()]
+        self.dead_letters.write(done.batch_id, driver_rows.dead_letters(done.dead)
                                 + (done.reliable.dead_letters if done.reliable is not None
                                    else []))
 
@@ -441,7 +400,7 @@ class CommitPhase:
         return self._pool
 
     def _overlapped_sinks(self, done: _Done, by_dest: dict[str, pa.Table],
-                          extra: dict[str, list[_Closed]], ends: Any,
+                          extra: dict[str, list[ClosedWindows]], ends: Any,
                           state: dict[str, bytes]) -> None:
         """Step 6 for an overlapped batch, retried in place; then step 9. Never raises.
 
@@ -449,31 +408,40 @@ class CommitPhase:
         next batch, the handle reports it) and stops the query: Spark already recorded the
         batch, so the next start runs it again (``reconcile.decide``'s replay).
         """
-        attempt = 0
-        while True:
-            rows = dict(by_dest)
-            try:
-                with paused():
-                    delivered = self._commit_sinks(done.txid, done.batch_id, rows, extra,
-                                                   ends, state, None)
-            except Exception as exc:  # noqa: BLE001 - decided below, kept if final
-                decision = self.transactions.decide(attempt, exc)
-                self._failed_attempt(done.txid, attempt, decision)
-                if decision.action == "retry":
-                    time.sleep(decision.delay_s)
-                    attempt += 1
-                    continue
-                failure = self._fatal(done.txid, attempt, decision)
-                failure.__cause__ = exc
-                self.failure = self.sink_failure = failure
-                log.error("topology %r stops: %s (batch %s runs again at the next start)",
-                          self.name, failure, done.batch_id)
-                if self.on_failure is not None:  # not from this thread: stop waits for batches
-                    threading.Thread(target=self.on_failure, name=f"kstorm-stop-{self.name}",
-                                     daemon=True).start()
-                return
-            self._record(done, delivered, rows)
+        rows: dict[str, pa.Table] = {}
+        last: list[Exception] = []
+
+        def process(_attempt: int) -> None:  # the sinks' rows, again for each attempt
+            rows.clear()
+            rows.update(by_dest)
+
+        def commit(_made: None, _attempt: int) -> int:
+            with paused():
+                return self._commit_sinks(done.txid, done.batch_id, rows, extra, ends, state,
+                                          None)
+
+        def failed(attempt: int, decision: Decision, exc: Exception) -> None:
+            last[:] = [exc]
+            self._failed_attempt(done.txid, attempt, decision)
+
+        def give_up(attempts: int, decision: Decision) -> int:
+            # no dead-lettering a batch Spark recorded already: the policy's end is a stop
+            raise failure_error(done.txid, attempts - 1, decision) from last[0]
+
+        try:
+            delivered = run_transaction(
+                self.transactions, process, commit, failed=failed, give_up=give_up,
+                fatal=lambda attempt, decision: failure_error(done.txid, attempt, decision),
+                sleep=time.sleep)
+        except KstormError as failure:
+            self.failure = self.sink_failure = failure
+            log.error("topology %r stops: %s (batch %s runs again at the next start)",
+                      self.name, failure, done.batch_id)
+            if self.on_failure is not None:  # not from this thread: stop waits for batches
+                threading.Thread(target=self.on_failure, name=f"kstorm-stop-{self.name}",
+                                 daemon=True).start()
             return
+        self._record(done, delivered, rows)
 
     def wait_for_sinks(self) -> None:
         """Wait for the previous batch's sinks to commit; raise their failure if they could not."""
@@ -538,7 +506,7 @@ class CommitPhase:
         return ends
 
     def _commit_sinks(self, txid: int, batch_id: int, by_dest: dict[str, pa.Table],
-                      extra: dict[str, list[_Closed]], ends: Any, state: dict[str, bytes],
+                      extra: dict[str, list[ClosedWindows]], ends: Any, state: dict[str, bytes],
                       carried: Any) -> int:
         """Commit the batch to each sink, in topology order; the tuples delivered."""
         delivered = 0
@@ -548,7 +516,8 @@ class CommitPhase:
             table = (windows_in[0].table() if getattr(sink, "accepts_table", False)
                      and rows.num_rows == 0
                      and len(windows_in) == 1 else None)
-            tuples = [] if table is not None else self._sink_tuples(rows, windows_in)
+            tuples = ([] if table is not None
+                      else driver_rows.sink_tuples(self.topology, rows, windows_in, paused))
             batch = SinkBatch(txid, batch_id, tuples, ends, state,
                               states=carried[1] if carried and carried[0] == sink_id else None,
                               table=table)
@@ -570,74 +539,13 @@ class CommitPhase:
                   f"{type(exc).__name__}: {exc}"
             raise SinkError(msg) from exc
 
-    def _sink_tuples(self, rows: pa.Table, windows_in: list[_Closed]
-                     ) -> list[Tuple] | UnmadeTuples:
-        """A sink's tuples: the processing phase's, then the closed windows'.
-
-        The processing phase's are handed over unmade (:class:`UnmadeTuples`): a sink that
-        reads their values only (the Redis sink's fold) costs no :class:`Tuple` per value.
-        """
-        windowed = [t for closed in windows_in for t in closed.tuples()]
-        if windowed or rows.num_rows == 0:
-            return self._tuples(rows) + windowed
-        parts = self._parts(rows)
-
-        def values_by_fields() -> tuple[tuple[str, ...], list[list[Any]]] | None:
-            names = parts[0][0].names
-            if any(fields.names != names for fields, *_ in parts):
-                return None
-            values: list[list[Any]] = []
-            for part in parts:
-                values += part[3]
-            return tuple(names), values
-
-        return UnmadeTuples(sum(len(part[3]) for part in parts),
-                            lambda: self._made(parts), values_by_fields)
-
-    def _parts(self, rows: pa.Table) -> list[tuple[Fields, str, str, list[list[Any]],
-                                                   bytes | None]]:
-        """``(fields, source, stream, values, packed metas)`` of each packed row."""
-        comps = self.topology.components
-        with paused():  # many objects, all kept: collections would only walk the heap
-            return [(comps[src].streams[stream], src, stream, unpack_values(vals), meta)
-                    for src, stream, vals, meta in zip(rows.column("__src").to_pylist(),
-                                                       rows.column("__stream").to_pylist(),
-                                                       rows.column("__vals").to_pylist(),
-                                                       rows.column("__meta").to_pylist(),
-                                                       strict=True)]
-
-    @staticmethod
-    def _made(parts: list[tuple[Fields, str, str, list[list[Any]], bytes | None]]
-              ) -> list[Tuple]:
-        out = []
-        received = Tuple._received
-        with paused():
-            for fields, src, stream, values, meta in parts:
-                if meta is None:
-                    out += [received(v, fields, src, stream) for v in values]
-                    continue
-                for v, m in zip(values, unpack_metas(meta, len(values)), strict=True):
-                    t = received(v, fields, src, stream)
-                    t._ids = m
-                    out.append(t)
-        return out
-
-    def _tuples(self, rows: pa.Table) -> list[Tuple]:
-        return self._made(self._parts(rows))
-
     def _captured(self, batch_id: int, captured: pa.Table) -> None:
         if captured.num_rows == 0:
             return
-        keep = self.settings.capture_emitted
-        show = self.settings.debug and debug_log.isEnabledFor(logging.INFO)
-        for src, stream, vals in zip(captured.column("__src").to_pylist(),
-                                     captured.column("__stream").to_pylist(),
-                                     captured.column("__vals").to_pylist(), strict=True):
-            values = pickle.loads(vals)
-            if keep:
-                self.captured.append((src, stream, values))
-            if show:
-                debug_log.info("batch %s: %s emitted on %s: %r", batch_id, src, stream, values)
+        found = driver_rows.emitted(captured)
+        if self.settings.capture_emitted:
+            self.captured.extend(found)
+        driver_rows.log_emitted(self.settings, batch_id, found)
 
     def close(self) -> None:
         """Close the sinks (opened by the runner before the query starts) and the DLQ producer.

@@ -24,7 +24,7 @@ from kstorm._runtime import reconcile
 from kstorm._runtime.checkpoint import CheckpointLayout
 from kstorm._runtime.checkpoint_lock import CheckpointLock
 from kstorm._runtime.deadletter import DeadLetterWriter
-from kstorm._runtime.plan import acking_plan, check_window_timeouts, compile_plan, source_kind
+from kstorm._runtime.plan import compile_plan, reliability_plan, source_kind
 from kstorm._runtime.progress import Progress
 from kstorm._runtime.reliability import SpoutReliability, lowest_unacked
 from kstorm._runtime.state_book import StateBook
@@ -282,14 +282,7 @@ def _check(run: _Locked, topology: StormTopology) -> Any:
     """
     settings = run.settings
     check_checkpoint_conf(run.checkpoint, settings)
-    if not (settings.guarantee is Guarantee.AT_LEAST_ONCE and settings.ackers_enabled):
-        return None
-    acking = acking_plan(topology, run.plan, n_ackers=settings.acker_executors or 1,
-                         timeout_ms=settings.message_timeout_secs * 1000)
-    if acking is not None:
-        check_window_timeouts(topology, acking, lambda spout: settings.spout_max_pending(
-            topology.components[spout].conf))
-    return acking
+    return reliability_plan(topology, run.plan, settings)
 
 
 def _plan(run: _Locked, recovered: _Recovered, acking: Any,

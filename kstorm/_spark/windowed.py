@@ -23,6 +23,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kstorm._kafka.clocks import NEW_STREAM
+from kstorm._runtime.aggregate_task import read_rows
+from kstorm._runtime.batch_loop import fold_partials
 from kstorm._runtime.checkpoint import CheckpointLayout
 from kstorm._runtime.envelope import (
     CLOCK_COLUMN,
@@ -31,7 +33,6 @@ from kstorm._runtime.envelope import (
     Outgoing,
     Packed,
     dumps,
-    pack,
     to_arrow,
     window_dest,
 )
@@ -41,9 +42,7 @@ from kstorm.windowing.aggregate import (
     AggregateSpec,
     AggregateWindows,
     empty_partials,
-    late_mask,
     merge,
-    partials,
 )
 
 KAFKA_STREAM = ("topic", "partition")
@@ -83,7 +82,7 @@ class WindowStageRunner:
         skipped: dict[str, int] = {}
         n_late = n_in = 0
         schema: pa.Schema | None = None
-        late_consumers = (topology.consumers(component, self.spec.late_stream)
+        late_consumers = ([c for c, _ in topology.consumers(component, self.spec.late_stream)]
                           if self.spec.late_stream else [])
         fields = topology.components[spout].streams["default"] if spout else None
 
@@ -103,19 +102,12 @@ class WindowStageRunner:
                 for s, p0 in zip(streams, batch.column(CLOCK_COLUMN).to_pylist(), strict=True):
                     if p0 is not None and s not in latest:
                         latest[s] = p0
-            ts = batch.column(self.spec.ts_field).cast(pa.int64()).to_numpy(
-                zero_copy_only=False)
-            late = late_mask(ts, streams, latest, self.spec.lag_ms)
-            if late.any():
-                n_late += int(late.sum())
-                late_batch = batch.filter(pa.array(late))
-                for values in _late_values(late_batch, fields):
-                    late_rows.extend(Packed(c, 0, component, self.spec.late_stream or "",
-                                            pack([[values]]), None)
-                                     for c, _ in late_consumers)
-                batch = batch.filter(pa.array(~late))
-            if batch.num_rows:
-                pieces.append(partials(pa.Table.from_batches([batch]), self.spec))
+            late, rows, part = read_rows(batch, streams, latest, self.spec, component,
+                                         late_consumers, fields)
+            n_late += len(late)
+            late_rows += rows
+            if part is not None:
+                pieces.append(part)
         if schema is None:
             return
         if dead or skipped:
@@ -129,13 +121,6 @@ class WindowStageRunner:
         counters = {f"{component}.executed": n_in, f"{component}.late": n_late}
         out.append(Outgoing(METRICS, 0, component, "", pickle.dumps(counters), None))
         yield to_arrow(out + late_rows + dead)
-
-
-def _late_values(batch: pa.RecordBatch, fields: Any) -> Iterator[dict[str, Any]]:
-    names = [f for f in (fields or batch.schema.names) if not f.startswith("__")]
-    columns = {n: batch.column(n).to_pylist() for n in names if n in batch.schema.names}
-    for i in range(batch.num_rows):
-        yield {n: col[i] for n, col in columns.items()}
 
 
 class WindowCommit:
@@ -166,15 +151,7 @@ class WindowCommit:
                       ) -> tuple[pa.Table, AggregateWindows]:
         """As :meth:`commit`, the closed windows as Arrow (``windows.results(closed)``)."""
         windows = self._load(batch_id)
-        parts, late = [], 0
-        latest: dict[Any, int] = {}
-        for raw in payloads:
-            payload = pickle.loads(raw)
-            parts.append(payload["partials"])
-            late += payload["late"]
-            for stream, ts in payload["latest"].items():
-                latest[stream] = max(ts, latest.get(stream, ts))
-        return windows.advance(parts, latest, late), windows
+        return fold_partials(windows, (pickle.loads(raw) for raw in payloads)), windows
 
     def seed(self, snapshot: bytes) -> None:
         """Start from a state stored by a sink (the checkpoint was lost): as batch -1."""

@@ -6,10 +6,10 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from kstorm import BaseBasicBolt, BaseRichBolt, Fields, TopologyBuilder, Tuple
+from kstorm._runtime.driver_rows import sink_tuples
 from kstorm._runtime.envelope import Packed, dumps, envelope_tuples, pack, to_arrow, unpack_values
 from kstorm._runtime.executor import StageExecutor
 from kstorm._runtime.plan import compile_plan
-from kstorm._spark.commit import CommitPhase
 from kstorm._spark.speedups.gc_control import paused
 from kstorm.grouping import stable_hash, stable_hash_one
 from kstorm.testing import CaptureSink, ListSpout
@@ -98,9 +98,7 @@ def test_packed_rows_become_the_same_tuples_in_the_next_stage_and_on_the_driver(
         for w in ["a", "bb", "ccc", "bb"])
     import pyarrow as pa
 
-    driver = CommitPhase.__new__(CommitPhase)
-    driver.topology = topo
-    tuples = driver._tuples(pa.Table.from_batches([batch]))
+    tuples = sink_tuples(topo, pa.Table.from_batches([batch]), []).make()
     assert sorted(t.values for t in tuples) == sorted([w, len(w)] for w in
                                                       ["a", "bb", "ccc", "bb"])
 
@@ -257,10 +255,8 @@ def test_a_sink_gets_the_packed_rows_values_and_tuples_only_when_it_asks():
     topo = topology(Split())
     rows = [r for r in run_rows(topo, ["a bb ccc", "bb"]) if r.dest == "count"]
     other = Packed("count", 0, "lines", "default", pack([["x y"]]), None)
-    driver = CommitPhase.__new__(CommitPhase)
-    driver.topology = topo
     table = pa.Table.from_batches([to_arrow(rows)])
-    batch = SinkBatch(1, 1, driver._sink_tuples(table, []))
+    batch = SinkBatch(1, 1, sink_tuples(topo, table, []))
     assert "tuples" not in batch.__dict__ and batch.size == 4
     names, values = batch.values_by_fields()
     assert names == ("word", "extra") and "tuples" not in batch.__dict__
@@ -268,7 +264,7 @@ def test_a_sink_gets_the_packed_rows_values_and_tuples_only_when_it_asks():
     assert [t.values for t in batch.tuples] == values  # made now, in the same order
     assert batch.tuples[0].source_component == "split" and batch.size == 4
     # tuples of other fields: no common names, the tuples are made
-    mixed = SinkBatch(1, 1, driver._sink_tuples(pa.Table.from_batches([
+    mixed = SinkBatch(1, 1, sink_tuples(topo, pa.Table.from_batches([
         to_arrow(rows + [other])]), []))
     assert mixed.values_by_fields() is None
     assert sorted(t.source_component for t in mixed.tuples) == ["lines"] + ["split"] * 4
