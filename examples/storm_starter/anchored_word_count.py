@@ -9,7 +9,7 @@ Two reliable word counts, run at least once (``topology.guarantee``):
   ``execute`` returns.
 - :func:`guaranteed_word_count`: the same counting with the guide's explicit
   ``SplitSentence`` (a ``BaseRichBolt``: ``_collector.emit(tuple, new Values(word))`` for
-  each word, then ``_collector.ack(tuple)``) -- seed 001's example, so a word tuple failed
+  each word, then ``_collector.ack(tuple)``) -- the guide's own example, so a word tuple failed
   downstream fails its sentence at the spout.
 
 Changes beyond syntax:
