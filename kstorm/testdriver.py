@@ -83,6 +83,12 @@ from kstorm._runtime.batch_loop import (
     given_up_reason,
     run_transaction,
 )
+from kstorm._runtime.commit_phase import (
+    BatchCommit,
+    CommitStage,
+    batch_commit,
+    run_commit_phase,
+)
 from kstorm._runtime.deadletter import as_record
 from kstorm._runtime.envelope import (
     ACKER,
@@ -93,7 +99,6 @@ from kstorm._runtime.envelope import (
     Outgoing,
     Packed,
     envelope_tuples,
-    split_by_dest,
     to_arrow,
 )
 from kstorm._runtime.executor import StageExecutor
@@ -189,6 +194,7 @@ class _Attempt:
     acker: dict[int, list[Any]] = field(default_factory=lambda: defaultdict(list))
     notices: dict[str, list[Notice]] = field(default_factory=dict)  # free-form spouts
     rows: list[Outgoing | Packed] = field(default_factory=list)  # for the commit phase
+    folded: dict[str, dict[str, Any]] = field(default_factory=dict)  # aggregates' payloads
 
 
 class TopologyTestDriver:
@@ -214,6 +220,7 @@ class TopologyTestDriver:
         self._ticks = tick_periods(topology, self.settings.tick_tuple_freq_secs)
         self._tick_counts = counts(self._ticks, self.now_ms)  # each bolt's last tick
         self.plan: Plan = compile_plan(topology, self._ticks)
+        self._stage = CommitStage(topology, self.plan, name, self.conf, self.settings)
         self.batch_id = 0  # the next batch
         self.counters: Counter[str] = Counter()
         self.dead_letters: list[dict[str, Any]] = []
@@ -636,9 +643,15 @@ class TopologyTestDriver:
         self._due_ticks = due(self._tick_counts, now_counts)
         saved: list[dict[str, Any]] = []
 
-        def process(attempt: int) -> _Attempt:  # the stages and the commit phase, in process
+        def process(attempt: int) -> _Attempt:  # the processing phase: the stages, here
             saved[:] = [self._save()]
-            return self._attempt(batch_id, TransactionAttempt(txid, attempt), tuples, retries)
+            return self._attempt(batch_id, TransactionAttempt(txid, attempt), tuples)
+
+        def commit(done: _Attempt, attempt: int, given_up: bool = False) -> _Attempt:
+            batch = batch_commit(pa.Table.from_batches([to_arrow(done.rows)]), batch_id,
+                                 TransactionAttempt(txid, attempt), given_up=given_up)
+            run_commit_phase(_DriverCommit(self, done, retries), self._stage, batch)
+            return done
 
         def failed(_attempt: int, decision: Decision, exc: Exception) -> None:
             self._restore(saved[0], txid)
@@ -646,12 +659,12 @@ class TopologyTestDriver:
                 raise exc  # a topology or configuration error: no retry cures it
             self.counters[f"__transactions.{decision.kind}"] += 1
 
-        done = run_transaction(
-            self._tx, process, lambda made, _attempt: made, failed=failed,
-            give_up=lambda attempts, decision: self._given_up(tuples, txid, attempts,
-                                                              decision.cause),
+        run_transaction(
+            self._tx, process, commit, failed=failed,
+            give_up=lambda attempts, decision: commit(
+                self._given_up(tuples, txid, attempts, decision.cause), attempts,
+                given_up=True),
             fatal=lambda attempt, decision: failure_error(txid, attempt, decision))
-        self._apply(done, txid)
         self._tick_counts = now_counts
         self._committed = txid
         self.batch_id += 1
@@ -687,7 +700,7 @@ class TopologyTestDriver:
             out[spout] = [(m.topic, m.partition, m.offset, tracker.num_fails(m)) for m in due]
         return out
 
-    def _settle_trees(self, done: _Attempt, retries: dict[str, list[tuple]]) -> None:
+    def _settle_trees(self, done: _Attempt, retries: dict[str, list[tuple]]) -> BatchOutcome:
         """The commit phase's step 3b: the ackers' events become the spouts' decisions.
 
         The ackers run here (Spark's acker operator); the spout side is the runtime's
@@ -714,7 +727,7 @@ class TopologyTestDriver:
                      lambda spout: (self.now_ms, retries.get(spout, [])), apply)
         done.notices.update(out.notices)
         done.counters.update(out.counters)
-        done.dead_letters.extend(out.dead_letters)
+        return out
 
     def _save(self) -> dict[str, Any]:
         return {"windows": {k: (copy.deepcopy(w.task.snapshot()), dict(w.chunks.data), w.timer)
@@ -759,26 +772,9 @@ class TopologyTestDriver:
         done.counters["__transactions.dead_lettered"] += 1
         return done
 
-    def _apply(self, done: _Attempt, txid: int) -> None:
-        for bolt, state in done.states:  # seed 000: commit after the sinks
-            hook = getattr(bolt, "pre_commit", None)
-            if hook is not None:
-                hook(txid)
-            state.commit(txid)
-        for sink, ts in done.sinks.items():
-            self._received[sink].extend(ts)
-        self._emitted.extend(done.captured)
-        driver_rows.log_emitted(self.settings, self.batch_id, done.captured)  # as on Spark
-        self.dead_letters.extend(done.dead_letters)
-        self.counters.update(done.counters)
-        if self._polling:  # as the commit phase: the notices for the spouts' processes
-            for spout, notices in done.notices.items():
-                self._runner(spout).notices.write(  # type: ignore[union-attr]
-                    txid, notices, self._emits[spout].next_timeout_at(),
-                    self._emits[spout].pending_count)
-
     def _attempt(self, batch_id: int, attempt: TransactionAttempt,
-                 tuples: dict[str, list[Tuple]], retries: dict[str, list[tuple]]) -> _Attempt:
+                 tuples: dict[str, list[Tuple]]) -> _Attempt:
+        """The processing phase: each stage in plan order, through the in-process exchange."""
         done = _Attempt()
         inbox: dict[int, list[Any]] = defaultdict(list)   # stage -> envelope rows / tuples
         raw: dict[int, list[tuple[int, Tuple]]] = defaultdict(list)
@@ -806,12 +802,11 @@ class TopologyTestDriver:
         if self._due_ticks:  # as the tick source's rows on Spark: one per task, unanchored
             tasks = {c: self.topology.components[c].parallelism for c in self._due_ticks}
             self._route(tick_rows(tasks, self._ticks, self._due_ticks), inbox, done)
-        folded: dict[str, dict[str, Any]] = {}
         for stage in self.plan.stages:
             if stage.is_source:
                 continue
             if stage.native_window:
-                late_rows, folded[stage.head] = self._aggregate_stage(
+                late_rows, done.folded[stage.head] = self._aggregate_stage(
                     stage, partials_of.get(stage.head, []), done)
                 self._route(late_rows, inbox, done)
                 continue
@@ -823,40 +818,7 @@ class TopologyTestDriver:
             else:
                 rows = self._run_plain(stage, batch_id, attempt, arrived, done)
             self._route(rows, inbox, done)
-        self._commit_phase(batch_id, attempt, folded, done)
-        if self._acking is not None:
-            self._settle_trees(done, retries)
         return done
-
-    def _commit_phase(self, batch_id: int, attempt: TransactionAttempt,
-                      folded: dict[str, dict[str, Any]], done: _Attempt) -> None:
-        """The commit phase's steps 1-7 and 9 over the rows for the driver, as on Spark.
-
-        What differs: the sinks *receive* their tuples, dead letters and emissions are kept
-        (:meth:`_apply`, once the attempt succeeded).
-        """
-        # Step 1: the rows addressed to the driver, by destination.
-        by_dest = split_by_dest(pa.Table.from_batches([to_arrow(done.rows)]))
-        # Step 3: the stage tasks' metrics.
-        for found in driver_rows.metrics(by_dest.pop(METRICS, EMPTY)):
-            found.pop("stage", None)
-            done.counters.update(found)
-        # Step 4: windowed aggregates fold the batch in and emit the windows that closed.
-        extra = self._close_windows(folded, done)
-        # Step 5: the commit stage (committers and the bolts they feed).
-        done.counters.update(driver_rows.run_commit_stage_rows(
-            self.topology, self.plan, self.name, self.conf, self.settings, batch_id, attempt,
-            by_dest))
-        # Step 6: each sink receives its tuples (the rows left are the sinks').
-        captured = by_dest.pop(CAPTURE, EMPTY)
-        dead = by_dest.pop(DEAD_LETTER, EMPTY)
-        for sink in [*by_dest, *(c for c in extra if c not in by_dest)]:
-            tuples = driver_rows.sink_tuples(self.topology, by_dest.pop(sink, EMPTY),
-                                             extra.get(sink, []))
-            done.sinks[sink] = tuples.make() if isinstance(tuples, UnmadeTuples) else tuples
-        # Step 7, 9: dead letters and captured emissions (kept by _apply).
-        done.dead_letters += driver_rows.dead_letters(dead)
-        done.captured += driver_rows.emitted(captured)
 
     def _executor(self, stage: Stage, batch_id: int, attempt: TransactionAttempt,
                   partition: int, state_for: Any = None) -> StageExecutor:
@@ -1092,26 +1054,99 @@ class TopologyTestDriver:
         merged = merge([part], spec) if part is not None else None
         return late_rows, {"partials": merged, "latest": latest, "late": len(late)}
 
-    def _close_windows(self, folded: dict[str, dict[str, Any]], done: _Attempt
-                       ) -> dict[str, list[ClosedWindows]]:
-        """The commit phase's step 4: each aggregate folds the batch in, closed windows out."""
-        extra: dict[str, list[ClosedWindows]] = defaultdict(list)
-        for component, windows in self._aggregates.items():
-            payloads = [folded[component]] if component in folded else []
-            closed = ClosedWindows(component, self.topology.components[component]
-                                   .streams["default"], fold_partials(windows, payloads),
-                                   windows)
-            results = closed.tuples()
-            done.counters[f"{component}.windows"] += len(results)
-            done.captured += [(component, "default", list(t.values)) for t in results]
-            for consumer, _ in self.topology.consumers(component, "default"):
-                extra[consumer].append(closed)
-        return extra
-
     def _check_open(self) -> None:
         if self._closed:
             msg = "this TopologyTestDriver is closed"
             raise TopologyError(msg)
+
+
+class _DriverCommit:
+    """The test driver's side of each commit-phase step (``kstorm/_runtime/commit_phase.py``).
+
+    What differs from Spark: no offset log, the ackers run here, the sinks *receive* their
+    tuples, dead letters and emissions are kept, and nothing is persisted (the driver's
+    windows and trackers live in memory; a failed attempt restores them).
+    """
+
+    overlap = False
+
+    def __init__(self, driver: TopologyTestDriver, done: _Attempt,
+                 retries: dict[str, list[tuple]]) -> None:
+        self.driver = driver
+        self.done = done
+        self.retries = retries
+
+    def read_offsets(self, batch: BatchCommit) -> None:
+        """Step 2: the test driver keeps no offset log."""
+
+    def settle_trees(self, batch: BatchCommit, events: pa.Table) -> Any:
+        """Step 3b: this process's ackers (their events never became rows)."""
+        if self.driver._acking is None:
+            return None
+        return self.driver._settle_trees(self.done, self.retries)
+
+    def close_windows(self, batch: BatchCommit) -> list[ClosedWindows]:
+        """Step 4: each aggregate folds its stage's partials in; the windows it closed."""
+        out = []
+        driver, done = self.driver, self.done
+        for component, windows in driver._aggregates.items():
+            payloads = [done.folded[component]] if component in done.folded else []
+            closed = ClosedWindows(component, driver.topology.components[component]
+                                   .streams["default"], fold_partials(windows, payloads),
+                                   windows)
+            done.captured += [(component, "default", list(t.values)) for t in closed.tuples()]
+            out.append(closed)
+        return out
+
+    def commit_sinks(self, batch: BatchCommit) -> int:
+        """Step 6: each sink receives its tuples (kept by :meth:`record`)."""
+        delivered = 0
+        by_dest = batch.by_dest
+        for sink in [*by_dest, *(c for c in batch.to_sinks if c not in by_dest)]:
+            tuples = driver_rows.sink_tuples(self.driver.topology, by_dest.pop(sink, EMPTY),
+                                             batch.to_sinks.get(sink, []))
+            made = tuples.make() if isinstance(tuples, UnmadeTuples) else tuples
+            self.done.sinks[sink] = made
+            delivered += len(made)
+        return delivered
+
+    def write_dead_letters(self, batch: BatchCommit) -> None:
+        """Step 7: the stages' dead letters, then the spouts' given-up tuples (as on Spark)."""
+        self.done.dead_letters += driver_rows.dead_letters(batch.dead) + (
+            batch.reliable.dead_letters if batch.reliable is not None else [])
+
+    def commit_states(self, batch: BatchCommit) -> None:
+        """Step 7b: each prepared state commits the txid, after its ``pre_commit`` hook."""
+        for bolt, state in self.done.states:
+            hook = getattr(bolt, "pre_commit", None)
+            if hook is not None:
+                hook(batch.txid)
+            state.commit(batch.txid)
+
+    def persist(self, batch: BatchCommit) -> None:
+        """Step 8: nothing; what the next batch starts from is in this process."""
+
+    def record(self, batch: BatchCommit) -> None:
+        """Step 9: counters, received tuples, dead letters and emissions kept."""
+        driver, done = self.driver, self.done
+        for found in batch.metrics:
+            done.counters.update({k: v for k, v in found.items() if k != "stage"})
+        done.captured += driver_rows.emitted(batch.captured)
+        for sink, ts in done.sinks.items():
+            driver._received[sink].extend(ts)
+        driver._emitted.extend(done.captured)
+        driver_rows.log_emitted(driver.settings, batch.batch_id, done.captured)  # as on Spark
+        driver.dead_letters.extend(done.dead_letters)
+        driver.counters.update(done.counters)
+        if driver._polling:  # as the commit phase: the notices for the spouts' processes
+            for spout, notices in done.notices.items():
+                driver._runner(spout).notices.write(  # type: ignore[union-attr]
+                    batch.txid, notices, driver._emits[spout].next_timeout_at(),
+                    driver._emits[spout].pending_count)
+
+    def commit_later(self, batch: BatchCommit) -> None:  # pragma: no cover - overlap is False
+        msg = "the test driver commits each batch before the next"
+        raise AssertionError(msg)
 
 
 def _forget_state(namespace: str) -> None:

@@ -1,43 +1,21 @@
-"""The commit phase: what runs on the driver for each batch, in batch order (``foreachBatch``).
+"""The commit phase on Spark: what runs on the driver for each batch, in batch order.
 
 A batch is a transaction (seed 002): its txid is the checkpoint's txid base + ``batch_id``.
-:meth:`CommitPhase.__call__` runs it as attempt 0, 1, ... through the loop both
-orchestrations share (``kstorm/_runtime/batch_loop.py``: a new attempt id each time, the same
-txid and content, a failed attempt retried in place, then the failure policy): the attempt's
-processing phase is the Spark job that computes the batch's rows for the driver (as
-``toArrow`` would: ``kstorm/_spark/batch_rows.py``), then :meth:`CommitPhase.commit`, for one
-attempt:
+:meth:`CommitPhase.__call__` (Spark's ``foreachBatch`` function) runs it as attempt 0, 1, ...
+through the loop both orchestrations share (``kstorm/_runtime/batch_loop.py``: a new attempt
+id each time, the same txid and content, a failed attempt retried in place, then the failure
+policy). An attempt's processing phase is the Spark job that computes the batch's rows for
+the driver (as ``toArrow`` would: ``kstorm/_spark/batch_rows.py``); its commit phase is
+:func:`~kstorm._runtime.commit_phase.run_commit_phase`, whose steps (and their order) both
+orchestrations share. :class:`CommitPhase` is the Spark side of each step: Spark's offset log
+(step 2), sinks committed with a :class:`SinkBatch` holding the txid, the Kafka end offsets
+and the runtime's state after the batch (windowed aggregates' open windows, windowed bolt
+snapshots, transactional spouts' metadata, at least once the lowest un-acked offsets), dead
+letters to their topic, state persisted in the checkpoint, progress.
 
-1. Split the batch's rows addressed to the driver by destination.
-2. Read the batch's end offsets from Spark's offset log (written before the batch ran, so a
-   replay carries the same offsets): one typed :class:`BatchOffsets`.
-3. Read the stages' metrics (folded into progress in step 9, once the batch committed).
-   3b. At least once: the ackers' events -> the spouts' ack/fail, retries, time-outs and
-   dead letters (``kstorm/_runtime/reliability.py``).
-4. Fold the batch's partials into each windowed aggregate; the windows the watermark
-   passed become tuples for the aggregate's sinks.
-5. The commit stage: committers (seed 002's ``ICommitter``) and the bolts downstream of
-   them execute their tuples, then ``finish_batch`` in topology order, strictly in txid
-   order across batches (``kstorm/_runtime/committers.py``); what they emit for sinks
-   joins the sinks' tuples.
-6. Commit each sink, in topology order, with a :class:`SinkBatch`: the txid, its tuples,
-   the Kafka end offsets and the runtime's state after the batch (windowed aggregates' open
-   windows, windowed bolt snapshots, transactional spouts' metadata, at least once the
-   lowest un-acked offsets). Sinks make this step idempotent per txid (``kstorm/sink.py``);
-   a sink that fails is aborted.
-7. Write dead letters (undecodable records, tuples whose bolt raised, spout tuples out of
-   retries) with their reasons: after the sinks, so a retried attempt writes them once.
-   7b. With a state provider other than Spark's: every stateful bolt task's state commits
-   the txid its task prepared (seed 000; ``kstorm/_runtime/state_book.py``) -- or, when a
-   RedisSink shares the Redis provider's server, already did in that sink's step-6 script
-   (values, record and states in one atomic step). A failed attempt is rolled back there
-   before it re-runs.
-8. Persist each windowed aggregate's state under the batch id (a replay of this batch
-   reloads the state of the batch before, so it closes the same windows).
-   8b. At least once: persist the spouts' trackers under the batch id and write the books
-   their sources plan the next batch with (retries, committable group offsets).
-9. Progress: the metrics of step 3; captured emissions kept for ``kstorm.testing``
-   (``kstorm.capture.emitted``), logged on ``kstorm.debug`` (``topology.debug``).
+With a state provider other than Spark's, where a RedisSink shares the Redis provider's
+server, that sink's step-6 script also commits every task's state (values, record and states
+in one atomic step; :meth:`CommitPhase._state_carrier`).
 
 Spark writes the batch to its commit log only after ``__call__`` returns; a crash before
 that replays the same batch id with the same offsets, and the sinks skip or recompute it.
@@ -57,10 +35,8 @@ import logging
 import random
 import threading
 import time
-from collections import defaultdict
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -74,16 +50,16 @@ from kstorm._runtime.batch_loop import (
     run_transaction,
 )
 from kstorm._runtime.checkpoint import CheckpointLayout
+from kstorm._runtime.commit_phase import (
+    BatchCommit,
+    CommitStage,
+    batch_commit,
+    run_commit_phase,
+)
 from kstorm._runtime.deadletter import DeadLetterWriter
 from kstorm._runtime.envelope import (
-    ACKER_EVENTS,
-    CAPTURE,
-    DEAD_LETTER,
     EMPTY,
-    METRICS,
     STATE_PREFIX,
-    TXMETA_PREFIX,
-    split_by_dest,
     txmeta_dest,
     window_dest,
 )
@@ -113,22 +89,6 @@ log = logging.getLogger("kstorm.commit")
 progress_log = logging.getLogger("kstorm.progress")  # one INFO line per committed batch
 
 UNACKED_STATE = "acking:lowest-unacked"  # sink state entry: where tracked spouts resume
-
-
-@dataclass
-class _Done:
-    """What a batch's commit phase keeps for its progress record (step 9)."""
-
-    batch_id: int
-    txid: int
-    offsets: Any  # BatchOffsets
-    metrics: list[dict[str, Any]]
-    reliable: Any
-    persist: list[tuple[Any, Any]]  # (WindowCommit, its windows after the batch)
-    dead: pa.Table
-    captured: pa.Table
-    started: float
-    blocking: float | None = None  # seconds the batch waited for (overlapped: not the sinks)
 
 
 def window_state_key(component: str) -> str:
@@ -165,6 +125,7 @@ class CommitPhase:
                                if source_kind(s.component) == "transactional"]
         self.plan = plan
         self.conf = conf or {}
+        self._stage = CommitStage(topology, plan, name, self.conf, settings)  # step 5's
         self.states = states  # stateful bolts' state outside Spark (seed 000's protocol)
         self._carrier_logged = False
         # kstorm.commit.overlap: batch N's sinks commit on a thread of their own while Spark
@@ -256,192 +217,192 @@ class CommitPhase:
 
     def commit(self, table: pa.Table, batch_id: int, attempt_id: int = 0,
                given_up: bool = False) -> None:
-        """Steps 1-9 of the module docstring for the driver rows ``table`` of ``batch_id``.
+        """The commit phase (``kstorm/_runtime/commit_phase.py``) of ``batch_id``'s rows.
 
         ``given_up``: the transaction's input went to the dead letters; no user code runs
         (the commit stage is skipped), the sinks commit the empty batch under its txid.
         """
-        started = time.monotonic()
-        # Step 1: the rows addressed to the driver (a given-up transaction: no output at all,
-        # only its dead letters, metrics and snapshots).
-        by_dest = split_by_dest(table)
-        if given_up:
-            by_dest = {d: rows for d, rows in by_dest.items()
-                       if d in (DEAD_LETTER, METRICS) or d.startswith((STATE_PREFIX,
-                                                                      TXMETA_PREFIX))}
-        # Step 2: the batch's source offsets.
-        offsets = read_batch(self.checkpoint, batch_id, self._spouts, kafka_spouts=self._kafka)
-        txid = self.txid_base + batch_id
-        # Step 2b: transactional spouts' end offsets, with what opaque replays returned.
-        transactional = self._transactional_ends(offsets, by_dest)
-        # Step 3: metrics (folded in once the batch committed).
-        metrics = driver_rows.metrics(by_dest.pop(METRICS, EMPTY))
-        # Step 3b: at least once, the spout side of the trees that ended or timed out.
-        reliable = None
-        if self.reliability is not None:
-            events = by_dest.pop(ACKER_EVENTS, EMPTY)
-            reliable = self.reliability.commit(
-                offsets, list(zip(events.column("__task").to_pylist(),
-                                  events.column("__vals").to_pylist(), strict=True)))
-        # Step 4: windowed aggregates fold the batch in and emit the windows that closed.
-        extra: dict[str, list[ClosedWindows]] = defaultdict(list)
-        persist = []
+        batch = batch_commit(table, batch_id,
+                             TransactionAttempt(self.txid_base + batch_id, attempt_id),
+                             given_up=given_up)
+        batch.kept["started"] = time.monotonic()
+        run_commit_phase(self, self._stage, batch)
+
+    # -- the commit phase's steps, as they run on Spark (CommitSide) -------------------------
+
+    def read_offsets(self, batch: BatchCommit) -> None:
+        """Step 2: the offset log's ends; 2b: transactional spouts' ends, after replays."""
+        offsets = read_batch(self.checkpoint, batch.batch_id, self._spouts,
+                             kafka_spouts=self._kafka)
+        batch.kept["offsets"] = offsets
+        batch.kept["transactional"] = self._transactional_ends(offsets, batch.by_dest)
+
+    def settle_trees(self, batch: BatchCommit, events: pa.Table) -> Any:
+        """Step 3b: the ackers' events -> the spouts' decisions (``reliability.py``)."""
+        if self.reliability is None:
+            return None
+        return self.reliability.commit(
+            batch.kept["offsets"], list(zip(events.column("__task").to_pylist(),
+                                            events.column("__vals").to_pylist(), strict=True)))
+
+    def close_windows(self, batch: BatchCommit) -> list[ClosedWindows]:
+        """Step 4: each aggregate's partials of the batch folded in; its closed windows."""
+        out, persist = [], []
         for component, windows in self.windows.items():
-            rows = by_dest.pop(window_dest(component), EMPTY)
-            closed, state = windows.commit_closed(batch_id, rows.column("__vals").to_pylist())
+            rows = batch.by_dest.pop(window_dest(component), EMPTY)
+            closed, state = windows.commit_closed(batch.batch_id,
+                                                  rows.column("__vals").to_pylist())
             persist.append((windows, state))
-            out = ClosedWindows(component,
-                                self.topology.components[component].streams["default"],
-                                closed, state)
-            for consumer, _ in self.topology.consumers(component, "default"):
-                extra[consumer].append(out)
-            metrics.append({f"{component}.windows": closed.num_rows})
-        # Step 5: the commit stage (committers and the bolts they feed).
-        if self.plan is not None and self.plan.commit_stage is not None and not given_up:
-            metrics.append(driver_rows.run_commit_stage_rows(
-                self.topology, self.plan, self.name, self.conf, self.settings, batch_id,
-                TransactionAttempt(txid, attempt_id), by_dest))
-        # Step 6: sinks, in topology order.
-        captured = by_dest.pop(CAPTURE, EMPTY)
-        dead = by_dest.pop(DEAD_LETTER, EMPTY)
-        state = {window_state_key(w.component): snap.snapshot() for w, snap in persist}
-        for spout, end in transactional.items():  # its metadata, for a lost checkpoint
-            state[txspout.state_key(spout)] = json.dumps(end).encode()
-        state.update(_windowed_bolt_state(by_dest))
-        if self.reliability is not None and reliable is not None:
-            state[UNACKED_STATE] = self.reliability.resume_state(batch_id, reliable)
-        ends = offsets.kafka_ends()
-        done = _Done(batch_id, txid, offsets, metrics, reliable, persist, dead, captured,
-                     started)
-        if self.overlap:
-            # What the next batch is planned and computed from, now; the sinks on the
-            # commit thread while Spark records this batch and runs the next
-            # (kstorm/_spark/overlap.py). The windows' state is persisted before the sinks
-            # commit: a crash in between runs this batch again from the state before it.
-            self._write_dead_letters(done)
-            self._persist(done, transactional)
-            done.blocking = time.monotonic() - started + self._waited
-            self._waited = 0.0
-            self._pending = self._sinks_thread().submit(
-                self._overlapped_sinks, done, by_dest, extra, ends, state)
-            return
-        carried = self._state_carrier(txid)
+            out.append(ClosedWindows(component,
+                                     self.topology.components[component].streams["default"],
+                                     closed, state))
+        batch.kept["persist"] = persist
+        return out
+
+    def commit_sinks(self, batch: BatchCommit) -> int:
+        """Step 6: each sink commits the batch, in topology order; the tuples delivered.
+
+        Not overlapped, the first sink that accepts the provider's states commits them in
+        its own atomic step (:meth:`_state_carrier`).
+        """
+        state = self._sink_state(batch)
+        carried = None if self.overlap else self._state_carrier(batch.txid)
+        batch.kept["carried"] = carried
+        rows = dict(batch.by_dest)  # an overlapped retry starts from the same rows
         # No automatic collection while the sinks build and keep an object or more per
         # tuple (collections would walk them all, again and again, finding nothing; with
         # RedisSink and 400,000 tuples, ~half of its commit): they are freed, by reference
         # counting, when _commit_sinks returns, before collection is on again.
         with paused():
-            delivered = self._commit_sinks(txid, batch_id, by_dest, extra, ends, state,
-                                           carried)
-        # Step 7: dead letters.
-        self._write_dead_letters(done)
-        # Step 7b: stateful bolts' state held by a provider commits this txid (seed 000),
-        # after the sinks: a crash in between is settled at start (StateBook.recover).
-        if self.states is not None and carried is None:
-            self.states.commit(txid)
-        self._persist(done, transactional)
-        self._record(done, delivered, by_dest)
+            delivered = self._commit_sinks(batch.txid, batch.batch_id, rows, batch.to_sinks,
+                                           batch.kept["offsets"].kafka_ends(), state, carried)
+        batch.kept["unknown"] = rows
+        return delivered
 
-    def _write_dead_letters(self, done: _Done) -> None:
+    def _sink_state(self, batch: BatchCommit) -> dict[str, bytes]:
+        """The runtime's state after the batch, stored with the sinks' offsets (step 6)."""
+        if "sink_state" in batch.kept:
+            return batch.kept["sink_state"]
+        state = {window_state_key(w.component): snap.snapshot()
+                 for w, snap in batch.kept["persist"]}
+        for spout, end in batch.kept["transactional"].items():  # for a lost checkpoint
+            state[txspout.state_key(spout)] = json.dumps(end).encode()
+        state.update(_windowed_bolt_state(batch.by_dest))
+        if self.reliability is not None and batch.reliable is not None:
+            state[UNACKED_STATE] = self.reliability.resume_state(batch.batch_id,
+                                                                 batch.reliable)
+        batch.kept["sink_state"] = state
+        return state
+
+    def write_dead_letters(self, batch: BatchCommit) -> None:
         """Step 7: the batch's dead letters, with the spouts' given-up tuples."""
-        self.dead_letters.write(done.batch_id, driver_rows.dead_letters(done.dead)
-                                + (done.reliable.dead_letters if done.reliable is not None
+        self.dead_letters.write(batch.batch_id, driver_rows.dead_letters(batch.dead)
+                                + (batch.reliable.dead_letters if batch.reliable is not None
                                    else []))
 
-    def _persist(self, done: _Done, transactional: dict[str, dict[str, Any]]) -> None:
-        """Steps 8-8b: what the next batch (and a replay of this one) starts from."""
-        # Step 8: the windows' state after this batch (a replay restarts from the previous).
-        for windows, snap in done.persist:
-            windows.persist(done.batch_id, snap)
-        # Step 8a: what transactional spouts' replays returned (the next batch plans from it).
-        for spout, end in transactional.items():
+    def commit_states(self, batch: BatchCommit) -> None:
+        """Step 7b: the provider's states commit the txid, unless a sink carried them."""
+        if self.states is not None and batch.kept.get("carried") is None:
+            self.states.commit(batch.txid)
+
+    def persist(self, batch: BatchCommit) -> None:
+        """Step 8: what the next batch (and a replay of this one) starts from."""
+        # the windows' state after this batch (a replay restarts from the previous)
+        for windows, snap in batch.kept["persist"]:
+            windows.persist(batch.batch_id, snap)
+        # what transactional spouts' replays returned (the next batch plans from it)
+        for spout, end in batch.kept["transactional"].items():
             self.layout.write(self.layout.txmeta_path(spout), json.dumps(
                 {"seq": end.get("seq", 0), "metas": end.get("metas", {})}).encode())
-        # Step 8b: the spouts' trackers and books after this batch.
-        if self.reliability is not None and done.reliable is not None:
-            self.reliability.persist(done.batch_id, done.reliable)
+        # the spouts' trackers and books after this batch
+        if self.reliability is not None and batch.reliable is not None:
+            self.reliability.persist(batch.batch_id, batch.reliable)
 
-    def _record(self, done: _Done, delivered: int, by_dest: dict[str, pa.Table]) -> None:
+    def record(self, batch: BatchCommit) -> None:
         """Step 9: progress and captured emissions, once the sinks committed the batch."""
-        batch_id, reliable, metrics = done.batch_id, done.reliable, done.metrics
+        batch_id, reliable, metrics = batch.batch_id, batch.reliable, batch.metrics
+        offsets = batch.kept["offsets"]
         for counters in metrics:
             self.progress.add_counters(counters)
         if reliable is not None:
             self.progress.add_counters(reliable.counters)
             self.progress.set_gauges(reliable.gauges)
-        self._captured(batch_id, done.captured)
-        for dest in by_dest:
+        self._captured(batch_id, batch.captured)
+        unknown = batch.kept.get("unknown", {})
+        for dest in unknown:
             log.error("batch %s: %d rows for unknown destination %r", batch_id,
-                      by_dest[dest].num_rows, dest)
-        self.committed_txid = done.txid
-        seconds = time.monotonic() - done.started
-        self.progress.batch_committed(batch_id, done.offsets.summary(), seconds, done.blocking)
+                      unknown[dest].num_rows, dest)
+        self.committed_txid = batch.txid
+        seconds = time.monotonic() - batch.kept["started"]
+        self.progress.batch_committed(batch_id, offsets.summary(), seconds,
+                                      batch.kept.get("blocking"))
         if progress_log.isEnabledFor(logging.INFO):
             late = sum(v for c in metrics for k, v in c.items()
                        if k.endswith(".late") and isinstance(v, int))
             combined = sum(v for c in metrics for k, v in c.items()  # BaseSink.combine
                            if k.endswith(".combined") and isinstance(v, int))
-            marks = {w.component: snap.watermark for w, snap in done.persist
+            marks = {w.component: snap.watermark for w, snap in batch.kept["persist"]
                      if snap.watermark is not None}
             progress_log.info(
                 "topology %r batch %s (txid %s): in %s; %d tuples to sinks (%d of them folded "
                 "into others by the sinks' combine), %d late, %d dead letters; watermark %s; "
-                "commit %.0f ms; ends %s", self.name, batch_id, done.txid,
-                self._inputs(batch_id, done.offsets), delivered + combined, combined, late,
-                done.dead.num_rows + (len(reliable.dead_letters) if reliable is not None
-                                      else 0),
-                marks or "-", 1000 * seconds, done.offsets.summary())
+                "commit %.0f ms; ends %s", self.name, batch_id, batch.txid,
+                self._inputs(batch_id, offsets), batch.delivered + combined, combined, late,
+                batch.dead.num_rows + (len(reliable.dead_letters) if reliable is not None
+                                       else 0),
+                marks or "-", 1000 * seconds, offsets.summary())
 
     # -- the sinks' commit overlapping the next batch (kstorm.commit.overlap) ---------------
+
+    def commit_later(self, batch: BatchCommit) -> None:
+        """Steps 6 and 9 on the sinks' thread, while Spark records the batch and runs the next.
+
+        What the next batch is planned and computed from is final already (steps 7 and 8
+        ran): a crash before the sinks commit runs this batch again from the state before it.
+        """
+        self._sink_state(batch)  # built here, not on the sinks' thread
+        batch.kept["blocking"] = time.monotonic() - batch.kept["started"] + self._waited
+        self._waited = 0.0
+        self._pending = self._sinks_thread().submit(self._overlapped_sinks, batch)
 
     def _sinks_thread(self) -> ThreadPoolExecutor:
         if self._pool is None:
             self._pool = ThreadPoolExecutor(1, thread_name_prefix=f"kstorm-sinks-{self.name}")
         return self._pool
 
-    def _overlapped_sinks(self, done: _Done, by_dest: dict[str, pa.Table],
-                          extra: dict[str, list[ClosedWindows]], ends: Any,
-                          state: dict[str, bytes]) -> None:
+    def _overlapped_sinks(self, batch: BatchCommit) -> None:
         """Step 6 for an overlapped batch, retried in place; then step 9. Never raises.
 
         A failure the policy makes final is kept (:meth:`wait_for_sinks` raises it in the
         next batch, the handle reports it) and stops the query: Spark already recorded the
         batch, so the next start runs it again (``reconcile.decide``'s replay).
         """
-        rows: dict[str, pa.Table] = {}
         last: list[Exception] = []
-
-        def process(_attempt: int) -> None:  # the sinks' rows, again for each attempt
-            rows.clear()
-            rows.update(by_dest)
-
-        def commit(_made: None, _attempt: int) -> int:
-            with paused():
-                return self._commit_sinks(done.txid, done.batch_id, rows, extra, ends, state,
-                                          None)
 
         def failed(attempt: int, decision: Decision, exc: Exception) -> None:
             last[:] = [exc]
-            self._failed_attempt(done.txid, attempt, decision)
+            self._failed_attempt(batch.txid, attempt, decision)
 
         def give_up(attempts: int, decision: Decision) -> int:
             # no dead-lettering a batch Spark recorded already: the policy's end is a stop
-            raise failure_error(done.txid, attempts - 1, decision) from last[0]
+            raise failure_error(batch.txid, attempts - 1, decision) from last[0]
 
         try:
-            delivered = run_transaction(
-                self.transactions, process, commit, failed=failed, give_up=give_up,
-                fatal=lambda attempt, decision: failure_error(done.txid, attempt, decision),
+            batch.delivered = run_transaction(
+                self.transactions, lambda _attempt: None,
+                lambda _made, _attempt: self.commit_sinks(batch), failed=failed,
+                give_up=give_up,
+                fatal=lambda attempt, decision: failure_error(batch.txid, attempt, decision),
                 sleep=time.sleep)
         except KstormError as failure:
             self.failure = self.sink_failure = failure
             log.error("topology %r stops: %s (batch %s runs again at the next start)",
-                      self.name, failure, done.batch_id)
+                      self.name, failure, batch.batch_id)
             if self.on_failure is not None:  # not from this thread: stop waits for batches
                 threading.Thread(target=self.on_failure, name=f"kstorm-stop-{self.name}",
                                  daemon=True).start()
             return
-        self._record(done, delivered, rows)
+        self.record(batch)
 
     def wait_for_sinks(self) -> None:
         """Wait for the previous batch's sinks to commit; raise their failure if they could not."""
