@@ -89,7 +89,7 @@ from kstorm._runtime.commit_phase import (
     batch_commit,
     run_commit_phase,
 )
-from kstorm._runtime.deadletter import as_record
+from kstorm._runtime.deadletter import as_record, given_up_letter
 from kstorm._runtime.envelope import (
     ACKER,
     CAPTURE,
@@ -767,8 +767,7 @@ class TopologyTestDriver:
                 # as on Spark: a spout's typed row by field name, an envelope tuple's values
                 shown = dict(zip(t.fields, t.values, strict=True)) if raw else t.values
                 done.dead_letters.append(as_record(
-                    [spout, t.source_stream, "TransactionFailed", reason,
-                     repr(shown)[:10_000], *where, None]))
+                    given_up_letter(spout, t.source_stream, reason, shown, where)))
         done.counters["__transactions.dead_lettered"] += 1
         return done
 

@@ -29,6 +29,16 @@ def as_record(values: Sequence[Any]) -> dict[str, Any]:
     return dict(zip(DEAD_LETTER_FIELDS, values, strict=True))
 
 
+def given_up_letter(spout: str, stream: str, reason: str, shown: Any,
+                    where: Sequence[Any] = (None, None, None), raw: Any = None) -> list[Any]:
+    """A spout tuple of a given-up transaction as dead-letter values (both orchestrations).
+
+    ``shown``: what the record shows of it (a spout's typed row by field name, an envelope
+    tuple's values); ``where``: its Kafka topic, partition and offset, if it has them.
+    """
+    return [spout, stream, "TransactionFailed", reason, repr(shown)[:10_000], *where, raw]
+
+
 class DeadLetterWriter:
     """Writes dead letters to ``topic`` (when a broker is configured) and keeps the last few.
 

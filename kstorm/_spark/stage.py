@@ -22,6 +22,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from kstorm._runtime.deadletter import given_up_letter
 from kstorm._runtime.envelope import (
     DEAD_LETTER,
     ERROR_COLUMN,
@@ -288,16 +289,14 @@ def batch_dead_letters(batch: pa.RecordBatch, spout: str, reason: str) -> Iterat
     if VALS_COLUMN in names:
         for stream, vals in zip(batch.column(STREAM_COLUMN).to_pylist(),
                                 batch.column(VALS_COLUMN).to_pylist(), strict=True):
-            yield [spout, stream, "TransactionFailed", reason, repr(pickle.loads(vals))[:10_000],
-                   None, None, None, None]
+            yield given_up_letter(spout, stream, reason, pickle.loads(vals))
         return
     rows = batch.to_pylist()
     raws = batch.column(RAW_COLUMN).to_pylist() if RAW_COLUMN in names else [None] * len(rows)
     for row, raw in zip(rows, raws, strict=True):
         values = {k: v for k, v in row.items() if not k.startswith("__")}
-        yield [spout, "default", "TransactionFailed", reason, repr(values)[:10_000],
-               row.get("topic") if kafka else None, row.get("partition") if kafka else None,
-               row.get("offset") if kafka else None, raw]
+        where = [row.get(c) if kafka else None for c in KAFKA_ID_COLUMNS]
+        yield given_up_letter(spout, "default", reason, values, where, raw)
 
 
 def spout_dead_letters(batch: pa.RecordBatch, topology: StormTopology, reason: str
@@ -312,9 +311,8 @@ def spout_dead_letters(batch: pa.RecordBatch, topology: StormTopology, reason: s
         fields = list(spec.streams[stream])
         where = [fields.index(f) if f in fields else None for f in KAFKA_ID_COLUMNS]
         for values in unpack_values(vals):
-            topic, partition, offset = (None if i is None else values[i] for i in where)
-            yield src, [src, stream, "TransactionFailed", reason, repr(values)[:10_000],
-                        topic, partition, offset, None]
+            yield src, given_up_letter(src, stream, reason, values,
+                                       [None if i is None else values[i] for i in where])
 
 
 def tuples_of(ctx: StageContext, batch: pa.RecordBatch, tasks: list[int] | None = None
