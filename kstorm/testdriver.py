@@ -102,6 +102,7 @@ from kstorm._runtime.envelope import (
     to_arrow,
 )
 from kstorm._runtime.executor import StageExecutor
+from kstorm._runtime.local_acking import LocalAcking
 from kstorm._runtime.plan import (
     COMMIT,
     DRIVER,
@@ -113,7 +114,6 @@ from kstorm._runtime.plan import (
     source_kind,
 )
 from kstorm._runtime.reconcile import FIRST_TXID
-from kstorm._runtime.reliability import BatchOutcome, apply_decisions, settle_trees
 from kstorm._runtime.sparkhash import spark_task
 from kstorm._runtime.spout_executor import BatchBounds, SpoutExecutor
 from kstorm._runtime.spout_log import SpoutLog
@@ -123,17 +123,13 @@ from kstorm._runtime.transaction import Decision, Transactions
 from kstorm._runtime.tx_planner import TxPlanner, emit_part
 from kstorm._runtime.window_store import PersistentTuples
 from kstorm._runtime.window_task import WindowedTask, interleaved
-from kstorm.acking.acker import DictStore, run_acker_batch, stale_roots
-from kstorm.acking.emits import EmitMsg, EmitTracker, Notice, SpoutEmit
+from kstorm.acking.emits import EmitMsg, Notice, SpoutEmit
 from kstorm.acking.ids import emit_root_id
 from kstorm.acking.offsets import (
     KafkaMessageId,
     list_message_id,
     list_position,
-    spout_message_id,
 )
-from kstorm.acking.retry import RetryPolicy
-from kstorm.acking.spout_tracker import SpoutTracker
 from kstorm.bolt import BaseStatefulBolt
 from kstorm.component import TopologyContext
 from kstorm.config import TopologyConfig
@@ -240,11 +236,7 @@ class TopologyTestDriver:
         self._closed = False
         # at least once: Kafka and list spouts' tuples are tracked as on Spark (ackers, retries)
         self._acking = reliability_plan(topology, self.plan, self.settings)
-        self._ackers: dict[int, DictStore] = {}
-        self._trackers: dict[str, SpoutTracker] = {}
-        self._spouts: dict[str, Any] = {}
-        self._records: dict[str, dict[KafkaMessageId, list[Any]]] = {}
-        self._emits: dict[str, EmitTracker] = {}  # tracked free-form spouts' pending trees
+        self._acks = LocalAcking(topology, self._acking)
         self._runners: dict[str, SpoutExecutor] = {}  # free-form spouts, once run() polls
         self._seqs: Counter[str] = Counter()
         self._scratch: str | None = None  # their logs and notices
@@ -254,17 +246,6 @@ class TopologyTestDriver:
         self._tx_ends: dict[str, dict[str, Any]] = {}  # ... the end of their last transaction
         self._committed: int | None = None  # the newest txid committed (cleanup_before)
         self._due_ticks: list[str] = []  # the bolts with a tick in the running batch
-        if self._acking is not None:
-            self._ackers = {i: DictStore() for i in range(self._acking.n_ackers)}
-            for spout in self._acking.spout_tasks:
-                declared = topology.components[spout].component
-                if source_kind(declared) == "next_tuple":
-                    self._emits[spout] = EmitTracker(timeout_ms=self._acking.timeout_ms)
-                    continue
-                self._trackers[spout] = SpoutTracker(
-                    timeout_ms=self._acking.timeout_ms, retry=declared.retry or RetryPolicy())
-                self._spouts[spout] = copy.deepcopy(declared)
-                self._records[spout] = {}
         for stage in self.plan.stages:
             if stage.native_window:
                 spec = topology.components[stage.head].component.spec()
@@ -335,14 +316,11 @@ class TopologyTestDriver:
         As on Spark, a list batch starts only while fewer of its spout's tuples are
         un-acked; until then batches run the due retries (the clock moves to the next).
         """
-        caps = {s: self._spout_cap(s) for s in self._trackers}
+        caps = {s: self._spout_cap(s) for s in self._acks.trackers}
         for _ in range(max_batches if any(c is not None for c in caps.values()) else 0):
-            full = [t for s, t in self._trackers.items()
-                    if s in lists and caps[s] is not None
-                    and t.pending_count + t.waiting_count >= caps[s]]
-            times = [t for tracker in full
-                     for t in (tracker.next_retry_at(), tracker.next_timeout_at())
-                     if t is not None]
+            full = {s: n for s, n in self._acks.outstanding().items()
+                    if s in lists and caps[s] is not None and n >= caps[s]}
+            times = self._acks.next_times(full)
             if not times:
                 return
             self.now_ms = max(self.now_ms, min(times))
@@ -355,10 +333,7 @@ class TopologyTestDriver:
         run on Spark goes on until its replays are done.
         """
         for _ in range(max_batches):
-            times = [t for tracker in self._trackers.values()
-                     for t in (tracker.next_retry_at(), tracker.next_timeout_at())
-                     if t is not None]
-            times += [t for e in self._emits.values() if (t := e.next_timeout_at()) is not None]
+            times = self._acks.next_times(emits=True)
             if not times:
                 return
             self.now_ms = max(self.now_ms, min(times))
@@ -367,7 +342,7 @@ class TopologyTestDriver:
             while self._polling and self._poll_batch():
                 pass  # what the spouts re-emit after the fails and time-outs
         msg = (f"spout tuples still pending or failing after {max_batches} batches: "
-               f"{ {s: t.pending_count + t.waiting_count for s, t in self._trackers.items()} }")
+               f"{self._acks.outstanding()}")
         raise TopologyError(msg)
 
     def advance_time(self, ms: int | Duration, *, run: bool = True) -> None:
@@ -383,8 +358,7 @@ class TopologyTestDriver:
             msg = f"advance_time({ms}): time only moves forward"
             raise ValueError(msg)
         self.now_ms += int(ms)
-        waits = [t for tracker in self._trackers.values()
-                 for t in (tracker.next_retry_at(), tracker.next_timeout_at()) if t is not None]
+        waits = self._acks.next_times()
         if run and (any(w.timer is not None and w.timer <= self.now_ms
                         for w in self._windows.values()) or any(t <= self.now_ms for t in waits)
                     or due(self._tick_counts, counts(self._ticks, self.now_ms))):
@@ -472,13 +446,11 @@ class TopologyTestDriver:
             message_id = None
             if kind == "kafka":
                 message_id = tuple(values[fields.index(c)] for c in _KAFKA_META[:3])
-                if spout in self._records:
-                    self._records[spout][KafkaMessageId(*message_id)] = values
+                self._acks.remember(spout, KafkaMessageId(*message_id), values)
             elif kind == "list":
                 message_id = list_message_id(
                     self.batch_id if list_batch is None else list_batch, i)
-                if spout in self._records:
-                    self._records[spout][list_position(message_id)] = values
+                self._acks.remember(spout, list_position(message_id), values)
             elif kind == "transactional" and len(values) == len(fields) - 1:
                 values = [None, *values]  # its TransactionAttempt, set by each attempt
             out.append(Tuple(values, fields, spout, stream, message_id))
@@ -536,7 +508,7 @@ class TopologyTestDriver:
                              settings.spout_idle_calls, settings.spout_max_failures)
         context = TopologyContext(self.name, spout, 0, 1, -1, dict(spec.streams),
                                   self.topology)
-        notices = (NoticeBook(f"{self._scratch}/notices/{spout}") if spout in self._emits
+        notices = (NoticeBook(f"{self._scratch}/notices/{spout}") if spout in self._acks.emits
                    else None)
         found = self._runners[spout] = SpoutExecutor(
             copy.deepcopy(spec.component), spout, settings.component_conf(self.conf, spec.conf),
@@ -612,7 +584,7 @@ class TopologyTestDriver:
             ends[spec.id] = end
             task = (self._acking.spout_tasks.get(spec.id) if self._acking is not None
                     else None)
-            tracked = task is not None and spec.id in self._emits
+            tracked = task is not None and spec.id in self._acks.emits
             out = tuples[spec.id] = []
             for i, logged in enumerate(runner.spout_log.tuples(seq)):
                 t = Tuple(list(logged.values), spec.streams[logged.stream], spec.id,
@@ -638,7 +610,7 @@ class TopologyTestDriver:
         batch_id = self.batch_id
         txid = self._txid(batch_id)
         self._inputs = set(tuples)  # the spouts with a batch of their own (not only retries)
-        retries = self._retries(tuples)
+        retries = self._acks.retries(tuples, self.now_ms, self._spout_cap)
         now_counts = counts(self._ticks, self.now_ms)
         self._due_ticks = due(self._tick_counts, now_counts)
         saved: list[dict[str, Any]] = []
@@ -677,64 +649,11 @@ class TopologyTestDriver:
         """``topology.max.spout.pending`` of ``spout`` (its own, else the topology's)."""
         return self.settings.spout_max_pending(self.topology.components[spout].conf)
 
-    def _retries(self, tuples: dict[str, list[Tuple]]) -> dict[str, list[tuple]]:
-        """At least once: the failed records due by now join the batch (attempt n)."""
-        out: dict[str, list[tuple]] = {}
-        for spout, tracker in self._trackers.items():
-            cap = self._spout_cap(spout)
-            fields = self.topology.components[spout].streams["default"]
-            due = sorted((at, m) for at, m in tracker.waiting() if at <= self.now_ms)
-            due = [m for _, m in due][:None if cap is None else max(cap, 1)]  # as on Spark
-            replays = []
-            for m in due:
-                message_id = spout_message_id(m)  # a list row's "b:i", a record's position
-                if isinstance(message_id, KafkaMessageId):
-                    message_id = tuple(message_id)
-                t = Tuple(list(self._records[spout][m]), fields, spout, "default", message_id)
-                t._ids = (tracker.num_fails(m), self.now_ms)
-                replays.append(t)
-            for t in tuples.get(spout, []):
-                t._ids = (0, self.now_ms)
-            if replays:
-                tuples[spout] = replays + tuples.get(spout, [])
-            out[spout] = [(m.topic, m.partition, m.offset, tracker.num_fails(m)) for m in due]
-        return out
-
-    def _settle_trees(self, done: _Attempt, retries: dict[str, list[tuple]]) -> BatchOutcome:
-        """The commit phase's step 3b: the ackers' events become the spouts' decisions.
-
-        The ackers run here (Spark's acker operator); the spout side is the runtime's
-        (:func:`~kstorm._runtime.reliability.settle_trees`), at the driver's clock.
-        """
-        assert self._acking is not None
-        payloads = []
-        for task, store in self._ackers.items():
-            if done.acker.get(task):
-                payloads.append(run_acker_batch(done.acker[task], store,
-                                                report_acks=self._acking.report_acks)
-                                .to_payload())
-            for root in list(stale_roots(list(store.items()), self.now_ms,
-                                         self._acking.timeout_ms)):
-                store.delete(root)
-        out = BatchOutcome(trackers=self._trackers, emits=self._emits)
-
-        def apply(spout: str, decisions: list[Any]) -> None:
-            apply_decisions(spout, self._spouts[spout], self._trackers[spout].retry.max_retries,
-                            decisions, out, fetch=lambda _spout, _ids: {},
-                            row_of=self._records[spout].get)
-
-        settle_trees(self._acking.spout_tasks, payloads, out,
-                     lambda spout: (self.now_ms, retries.get(spout, [])), apply)
-        done.notices.update(out.notices)
-        done.counters.update(out.counters)
-        return out
-
     def _save(self) -> dict[str, Any]:
         return {"windows": {k: (copy.deepcopy(w.task.snapshot()), dict(w.chunks.data), w.timer)
                             for k, w in self._windows.items()},
                 "aggregates": {k: a.snapshot() for k, a in self._aggregates.items()},
-                "reliability": copy.deepcopy((self._ackers, self._trackers, self._spouts,
-                                              self._emits))}
+                "reliability": self._acks.snapshot()}
 
     def _restore(self, saved: dict[str, Any], txid: int) -> None:
         """Undo a failed attempt: windows, aggregates and prepared state as before it."""
@@ -748,7 +667,7 @@ class TopologyTestDriver:
             window.task.restore(copy.deepcopy(snapshot))
         for key, blob in saved["aggregates"].items():
             self._aggregates[key].restore(blob)
-        self._ackers, self._trackers, self._spouts, self._emits = saved["reliability"]
+        self._acks.restore(saved["reliability"])
         for (component, task), state in self._states.items():
             if state.prepared_txid() is not None:  # seed 000: the hook, then the rollback
                 hook = getattr(self.bolt(component, task), "pre_rollback", None)
@@ -1080,9 +999,13 @@ class _DriverCommit:
 
     def settle_trees(self, batch: BatchCommit, events: pa.Table) -> Any:
         """Step 3b: this process's ackers (their events never became rows)."""
-        if self.driver._acking is None:
+        driver, done = self.driver, self.done
+        if driver._acking is None:
             return None
-        return self.driver._settle_trees(self.done, self.retries)
+        out = driver._acks.settle(done.acker, driver.now_ms, self.retries)
+        done.notices.update(out.notices)
+        done.counters.update(out.counters)
+        return out
 
     def close_windows(self, batch: BatchCommit) -> list[ClosedWindows]:
         """Step 4: each aggregate folds its stage's partials in; the windows it closed."""
@@ -1140,8 +1063,8 @@ class _DriverCommit:
         if driver._polling:  # as the commit phase: the notices for the spouts' processes
             for spout, notices in done.notices.items():
                 driver._runner(spout).notices.write(  # type: ignore[union-attr]
-                    batch.txid, notices, driver._emits[spout].next_timeout_at(),
-                    driver._emits[spout].pending_count)
+                    batch.txid, notices, driver._acks.emits[spout].next_timeout_at(),
+                    driver._acks.emits[spout].pending_count)
 
     def commit_later(self, batch: BatchCommit) -> None:  # pragma: no cover - overlap is False
         msg = "the test driver commits each batch before the next"
