@@ -825,19 +825,16 @@ def open_sinks(name: str, conf: dict[str, Any], settings: TopologyConfig,
 
 
 def _close_sinks(sinks: dict[str, BaseSink]) -> None:
-    """Close the sinks in the order they opened; one that raises keeps none of the rest open.
+    """Close the sinks of a failed start, in the order they opened, every one of them.
 
-    The first error is raised once all were closed (a nested ExitStack would drop the
-    error that made the start fail from its ``__context__``).
+    A sink that cannot close is logged with its id: the error the user must see is the one
+    that made the start fail, which goes on unchanged.
     """
-    failures: list[Exception] = []
-    for sink in sinks.values():
+    for sid, sink in sinks.items():
         try:
             sink.close()
-        except Exception as exc:  # noqa: BLE001 - raised below, once the rest are closed
-            failures.append(exc)
-    if failures:
-        raise failures[0]
+        except Exception:  # noqa: BLE001 - logged; the start's own error is raised
+            log.exception("sink %r could not close after the start failed", sid)
 
 
 def _dead_letter_connection(topology: StormTopology, settings: TopologyConfig) -> Any:
