@@ -98,10 +98,10 @@ def test_storm_s_sliding_windows_take_the_spout_s_emit_order_on_spark(
     """storm-starter's SlidingWindowTopology windows on Spark: the last 30 of a free-form
     spout's tuples every 10, then 3 of those windows' outputs at a time, whatever the
     micro-batches (17 tuples each here) -- the tuples keep their emit order through the
-    envelope and the exchange in between. (The example's ``SlidingWindowSumBolt`` keeps its
-    running sum in an instance field, which on Spark lives per task and Python worker: the
-    windows are compared here instead, as the test driver compares the sums.)"""
-    from examples.storm_windowing import RandomIntegerSpout
+    envelope and the exchange in between. The example's own ``SlidingWindowSumBolt``, whose
+    running sum is an instance field, gives each window's sum (its fields go with its
+    windows, whichever Python worker runs its task)."""
+    from examples.storm_windowing import RandomIntegerSpout, SlidingWindowSumBolt
     from kstorm import BaseWindowedBolt, Fields, TopologyBuilder
     from kstorm.testing import CaptureSink
     from kstorm.windowing import Count
@@ -125,6 +125,9 @@ def test_storm_s_sliding_windows_take_the_spout_s_emit_order_on_spark(
                      ).shuffle_grouping("sliding")
     builder.set_bolt("sliding-out", CaptureSink()).shuffle_grouping("sliding")
     builder.set_bolt("out", CaptureSink()).shuffle_grouping("tumbling")
+    builder.set_bolt("sum", SlidingWindowSumBolt().with_window(Count.of(30), Count.of(10)), 1
+                     ).shuffle_grouping("integer")
+    builder.set_bolt("sums", CaptureSink()).shuffle_grouping("sum")
     handle = submit_topology("storm-sliding-window", {
         "kstorm.trigger": "available-now", "kstorm.checkpoint.dir": str(tmp_path / "c"),
         "kstorm.spout.max.batch.tuples": 17}, builder.create_topology())
@@ -135,6 +138,7 @@ def test_storm_s_sliding_windows_take_the_spout_s_emit_order_on_spark(
     assert [row[0] for row in handle.sinks["sliding-out"].values] == windows
     assert [row[0] for row in handle.sinks["out"].values] == [
         windows[i:i + 3] for i in range(0, len(windows) - 2, 3)]
+    assert [row[0] for row in handle.sinks["sums"].values] == [sum(w) for w in windows]
 
 
 def test_enrichment_counts_each_advertiser_s_clicks_per_closed_window(

@@ -114,3 +114,31 @@ class RelayWindows(BaseWindowedBolt):
     def execute(self, window: TupleWindow) -> None:
         for tuple_ in window.get():
             self.collector.emit([tuple_.get_value(0)], [tuple_])
+
+
+class RunningSum(BaseWindowedBolt):
+    """storm-starter's ``SlidingWindowSumBolt``: a running sum kept in an instance field.
+
+    Emits ``(task, sum, truth, prepares)``: the field's sum (``get_new`` added,
+    ``get_expired`` subtracted) and the window's own sum, which must agree; ``prepares``: how
+    often this instance's task was prepared in the process that ran it.
+    """
+
+    def __init__(self) -> None:
+        self.sum = 0
+
+    def prepare(self, conf: dict[str, Any], context: TopologyContext,
+                collector: OutputCollector) -> None:
+        """Keep the collector and the task."""
+        self.collector = collector
+        self.task = context.get_this_task_index()
+
+    def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
+        """``task``, ``sum``, ``truth``."""
+        declarer.declare(Fields("task", "sum", "truth"))
+
+    def execute(self, window: TupleWindow) -> None:
+        """Add the new tuples, subtract the expired ones."""
+        self.sum += sum(t.get_value(1) for t in window.get_new())
+        self.sum -= sum(t.get_value(1) for t in window.get_expired())
+        self.collector.emit([self.task, self.sum, sum(t.get_value(1) for t in window.get())])

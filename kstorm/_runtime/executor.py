@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, NamedTuple
 
+from kstorm._runtime import bolt_fields
 from kstorm._runtime.envelope import (
     ACKER,
     CAPTURE,
@@ -453,18 +454,23 @@ class StageExecutor:
         anchored to it (:class:`kstorm.windowing.bolt.WindowedOutputCollector`), and it is
         acked once no later window holds it (``settle``): a failure downstream fails its
         tree and the spout replays it (seed 004).
+
+        The bolt instance's own fields travel with the windows (``bolt_fields.py``).
         """
+        bolt = self._task(component, task).bolt  # its fields as the windows left them
+        bolt_fields.restore(bolt, windowed.bolt_fields)
         out = WindowOutput(self, component, task, late_stream)
         if acks_on_arrival or self._acking is None:
             self.hold(component, tuples)
             windowed.process(tuples, now_ms, out)
-            return
-        for tup in tuples:
-            self._track_input(tup)
-        windowed.process(tuples, now_ms, out)
-        for tup in windowed.settle(tuples):
-            if isinstance(tup._ids, TrackedTuple) and not tup._ids.settled:
-                self._acked(component, tup)
+        else:
+            for tup in tuples:
+                self._track_input(tup)
+            windowed.process(tuples, now_ms, out)
+            for tup in windowed.settle(tuples):
+                if isinstance(tup._ids, TrackedTuple) and not tup._ids.settled:
+                    self._acked(component, tup)
+        windowed.bolt_fields = bolt_fields.save(bolt, component)
 
     def _acked(self, component: str, tup: Tuple) -> None:
         self.counters[f"{component}.acked"] += 1

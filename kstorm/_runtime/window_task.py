@@ -250,6 +250,8 @@ class WindowedTask:
                                          streams=inputs, idle_timeout=config.idle_timeout)
                         if config.is_event_time else None)
         self._count_trigger = isinstance(config.sliding_interval, Count)
+        #: the bolt instance's own fields after the last batch (``bolt_fields.py``)
+        self.bolt_fields: bytes | None = None
 
     # -- state ---------------------------------------------------------------------------
 
@@ -257,13 +259,15 @@ class WindowedTask:
         """Everything needed to go on after this batch (picklable)."""
         return {"version": _VERSION, "manager": self.manager.snapshot(),
                 "tracker": None if self.tracker is None else self.tracker.snapshot(),
-                "store": None if self.store is None else self.store.snapshot()}
+                "store": None if self.store is None else self.store.snapshot(),
+                "bolt": self.bolt_fields}
 
     def restore(self, snapshot: dict[str, Any] | None) -> None:
         """Go on from a :meth:`snapshot` (``None``: a fresh task)."""
         if snapshot is None:
             return
         self.manager.restore(snapshot["manager"])
+        self.bolt_fields = snapshot.get("bolt")
         if self.tracker is not None and snapshot["tracker"] is not None:
             self.tracker.restore(snapshot["tracker"])
         if self.store is not None and snapshot.get("store") is not None:
