@@ -555,10 +555,12 @@ class AggregateWindows:
         """:meth:`results` as Arrow columns named ``names`` (the output fields), in its order.
 
         None when an aggregate has no column of its own (mean, count_distinct, top_k are
-        computed per window in :meth:`results`).
+        computed per window in :meth:`results`), or ``closed`` is the table of nothing
+        closed without the partials' columns (``_no_rows``).
         """
         kinds = [agg.kind for _, agg in self.spec.aggregates]
-        if any(k in ("mean", "count_distinct", "top_k") for k in kinds):
+        if "__n" not in closed.column_names or any(
+                k in ("mean", "count_distinct", "top_k") for k in kinds):
             return None
         ends = closed.column(END)
         columns = [closed.column(k) for k in self.spec.key]
