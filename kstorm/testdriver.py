@@ -367,8 +367,9 @@ class TopologyTestDriver:
         """Move the clock ``ms`` on.
 
         With ``run``, a batch without input runs if a windowed bolt task has a window to
-        close by then (Spark's processing-time timers), or a bolt's tick is due (the tick
-        source's batch on Spark).
+        close by then (Spark's processing-time timers), a windowed aggregate a
+        processing-time session (the spout source's batch without input on Spark), or a
+        bolt's tick is due (the tick source's batch on Spark).
         """
         if isinstance(ms, Duration):
             ms = ms.ms
@@ -378,8 +379,10 @@ class TopologyTestDriver:
         self.now_ms += int(ms)
         waits = [t for tracker in self._trackers.values()
                  for t in (tracker.next_retry_at(), tracker.next_timeout_at()) if t is not None]
+        closes = [at for a in self._aggregates.values() if (at := a.next_close()) is not None]
         if run and (any(w.timer is not None and w.timer <= self.now_ms
                         for w in self._windows.values()) or any(t <= self.now_ms for t in waits)
+                    or any(at <= self.now_ms for at in closes)
                     or due(self._tick_counts, counts(self._ticks, self.now_ms))):
             self.run_batch()
 
@@ -1099,7 +1102,8 @@ class TopologyTestDriver:
         for component, windows in self._aggregates.items():
             payloads = [folded[component]] if component in folded else []
             closed = ClosedWindows(component, self.topology.components[component]
-                                   .streams["default"], fold_partials(windows, payloads),
+                                   .streams["default"],
+                                   fold_partials(windows, payloads, self.now_ms),
                                    windows)
             results = closed.tuples()
             done.counters[f"{component}.windows"] += len(results)

@@ -15,7 +15,8 @@ attempt:
    3b. At least once: the ackers' events -> the spouts' ack/fail, retries, time-outs and
    dead letters (``kstorm/_runtime/reliability.py``).
 4. Fold the batch's partials into each windowed aggregate; the windows the watermark
-   passed become tuples for the aggregate's sinks.
+   passed become tuples for the aggregate's sinks (processing-time sessions: at the
+   batch's timestamp in the offset log, read in step 2).
 5. The commit stage: committers (seed 002's ``ICommitter``) and the bolts downstream of
    them execute their tuples, then ``finish_batch`` in topology order, strictly in txid
    order across batches (``kstorm/_runtime/committers.py``); what they emit for sinks
@@ -288,7 +289,8 @@ class CommitPhase:
         persist = []
         for component, windows in self.windows.items():
             rows = by_dest.pop(window_dest(component), EMPTY)
-            closed, state = windows.commit_closed(batch_id, rows.column("__vals").to_pylist())
+            closed, state = windows.commit_closed(batch_id, rows.column("__vals").to_pylist(),
+                                                  offsets.timestamp_ms)
             persist.append((windows, state))
             out = ClosedWindows(component,
                                 self.topology.components[component].streams["default"],
