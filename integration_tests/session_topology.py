@@ -15,7 +15,10 @@ the run exits 0 once ``--expected`` sessions are stored, each emitted once; 2 if
 stored or emitted; 1 if the topology stopped; 3 on timeout::
 
     python -m session_topology --bootstrap B --redis-url U --topic T --checkpoint D \\
-        --name N --expected K [--provider spark|redis] [--timeout S]
+        --name N --expected K [--provider spark|redis] [--aggregate] [--timeout S]
+
+With ``--aggregate`` the bolt is the built-in ``WindowedAggregate`` with the same session
+window (count and sum of ids per user), storing ``{"end", "count", "checksum"}`` alike.
 
 The module also holds the data: :func:`generate_clicks` -- in event-time order in each
 partition (so no click is ever late), every user in both partitions from the first batch
@@ -42,6 +45,7 @@ from _runner import EXIT_DONE, EXIT_PASSED, arguments, kafka_conf, parse, watch
 
 from kstorm import BaseBasicBolt, BaseWindowedBolt, Fields, KafkaSpout, TopologyBuilder
 from kstorm.windowing import Duration
+from kstorm.windowing.aggregate import Agg, WindowedAggregate
 from serdes import JsonSerde
 from sinks.redis import RedisConfig, RedisSink
 
@@ -156,6 +160,41 @@ def kill_topology(topic: str, redis_url: str, name: str,
     return b.create_topology()
 
 
+def aggregate_topology(topic: str, redis_url: str, name: str,
+                       max_per_batch: int = MAX_PER_BATCH) -> Any:
+    """The same with the built-in ``WindowedAggregate`` for the bolt (``--aggregate``).
+
+    Its sessions (count and sum of ids per user) close in the commit phase; its open
+    sessions live in the checkpoint and in the sinks' stored state.
+    """
+    spout = KafkaSpout(topic, value_serde=JsonSerde({"user": str, "ts": int, "id": int}),
+                       max_offsets_per_batch=max_per_batch, first_batch_max_offsets=None)
+    agg = (WindowedAggregate(key="user", count=Agg.count(), checksum=Agg.sum("id"))
+           .with_session_window(Duration.millis(GAP_MS))
+           .with_timestamp_field("ts").with_lag(Duration.millis(LAG_MS))
+           .with_late_tuple_stream("late"))
+    config = RedisConfig.from_url(redis_url)
+    b = TopologyBuilder()
+    b.set_spout("clicks", spout)
+    b.set_bolt("sessions", agg, 2).fields_grouping("clicks", Fields("user"))
+    b.set_bolt("store", RedisSink(config, key=f"{name}:session:{{user}}:{{session_start}}",
+                                  value=AGGREGATE_VALUE, merge="set")
+               ).shuffle_grouping("sessions")
+    b.set_bolt("fires", RedisSink(config, key=f"{name}:fires:{{user}}:{{session_start}}",
+                                  merge="count")).shuffle_grouping("sessions")
+    b.set_bolt("late", RedisSink(config, key=_late_key(name), merge="count")
+               ).shuffle_grouping("sessions", "late")  # (an aggregate feeds sinks only)
+    return b.create_topology()
+
+
+def _late_key(name: str) -> Any:
+    """The late sink's key of a late click (the aggregate's ``late_tuple``: its fields)."""
+    return lambda row: f"{name}:late:{row['late_tuple']['id']}"
+
+
+AGGREGATE_VALUE = {"end": "session_end", "count": "count", "checksum": "checksum"}
+
+
 def stored_counts(client: Any, name: str) -> tuple[int, int]:
     """(sessions stored, emissions counted) under ``<name>:session:*`` / ``<name>:fires:*``."""
     sessions = sum(1 for _ in client.scan_iter(f"{name}:session:*", count=1000))
@@ -167,14 +206,17 @@ def stored_counts(client: Any, name: str) -> tuple[int, int]:
 def run(args: argparse.Namespace) -> int:
     """Run until ``--expected`` sessions are stored and emitted once (0), or more (2)."""
     import redis
-    from session_topology import kill_topology  # the bolts: classes the workers import
+    from session_topology import (  # the bolts: classes the workers import
+        aggregate_topology,
+        kill_topology,
+    )
     from wc_topology import provider_conf
 
     from kstorm import submit_topology
 
     conf = kafka_conf(args, **provider_conf(args.provider, args.redis_url))
-    handle = submit_topology(args.name, conf, kill_topology(args.topic, args.redis_url,
-                                                            args.name))
+    build = aggregate_topology if args.aggregate else kill_topology
+    handle = submit_topology(args.name, conf, build(args.topic, args.redis_url, args.name))
     client = redis.Redis.from_url(args.redis_url, socket_timeout=5)
 
     def stored() -> int | None:
@@ -192,6 +234,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = arguments("session_topology")
     parser.add_argument("--expected", type=int, required=True, help="sessions to store")
     parser.add_argument("--provider", default="redis", choices=("spark", "redis"))
+    parser.add_argument("--aggregate", action="store_true",
+                        help="the built-in WindowedAggregate instead of the windowed bolt")
     return run(parse(parser, argv))
 
 

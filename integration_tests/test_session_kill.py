@@ -1,5 +1,8 @@
 """Session windows on Spark through kill -9 and a lost checkpoint: every session exact, once.
 
+Both session windows: a windowed bolt's, and (``--aggregate``) the built-in
+``WindowedAggregate``'s, on the same clicks and ground truth.
+
 ``python -m session_topology`` runs a ``KafkaSpout`` of clicks (2 partitions, 36 records a
 batch) -> a session-windowed bolt (event time, gap 5 s, lag 1 s, fields grouping on the
 user, 2 tasks, its windows on the ``redis`` provider) -> exactly-once RedisSinks storing each
@@ -76,7 +79,24 @@ def _stored(runs: Runs, kind: str) -> dict[Session, bytes]:
 
 def test_sessions_spanning_batches_exact_and_emitted_once_after_kills_and_a_lost_checkpoint(
         kafka: Any, redis_server: Any, tmp_path: Path) -> None:
-    name = f"ssk-{uuid.uuid4().hex[:6]}"
+    _kills_and_a_lost_checkpoint(kafka, redis_server, tmp_path, "ssk", [])
+
+
+def test_aggregate_sessions_exact_and_emitted_once_after_kills_and_a_lost_checkpoint(
+        kafka: Any, redis_server: Any, tmp_path: Path) -> None:
+    """The built-in ``WindowedAggregate``'s sessions (``--aggregate``), the same way.
+
+    Its open sessions are stored with the sinks' offsets (``window:sessions``): after the
+    checkpoint is deleted it resumes from the sink, its open sessions restored (documented
+    in docs/windowing.md, "Exactly once").
+    """
+    _kills_and_a_lost_checkpoint(kafka, redis_server, tmp_path, "sak", ["--aggregate"],
+                                 after_commit=True)
+
+
+def _kills_and_a_lost_checkpoint(kafka: Any, redis_server: Any, tmp_path: Path, prefix: str,
+                                 extra: list[str], *, after_commit: bool = False) -> None:
+    name = f"{prefix}-{uuid.uuid4().hex[:6]}"
     topic = f"{name}-clicks"
     create_topic(kafka.bootstrap_servers, topic, PARTITIONS)
     clicks = generate_clicks()
@@ -86,12 +106,14 @@ def test_sessions_spanning_batches_exact_and_emitted_once_after_kills_and_a_lost
     checkpoint = tmp_path / "checkpoint"
     argv = ["--topic", topic, "--bootstrap", kafka.bootstrap_servers,
             "--redis-url", redis_server.url, "--checkpoint", str(checkpoint),
-            "--name", name, "--expected", str(len(truth))]
+            "--name", name, "--expected", str(len(truth)), *extra]
     runs = Runs(argv, name, redis_server.url, tmp_path, module="session_topology")
 
     runs.kill_at_random()
     runs.kill_in_commit()
     runs.kill_at_random()
+    if after_commit:  # between the sinks' atomic step and Spark's commit log
+        runs.kill_in_commit(after=True)
     timeline = lambda: "\n".join(runs.timeline)  # noqa: E731
     assert "(exited first)" not in timeline(), timeline()
     before, stored = runs.txid(), len(_stored(runs, "session"))

@@ -349,8 +349,9 @@ class TopologyTestDriver:
         """Move the clock ``ms`` on.
 
         With ``run``, a batch without input runs if a windowed bolt task has a window to
-        close by then (Spark's processing-time timers), or a bolt's tick is due (the tick
-        source's batch on Spark).
+        close by then (Spark's processing-time timers), a windowed aggregate a
+        processing-time session (the spout source's batch without input on Spark), or a
+        bolt's tick is due (the tick source's batch on Spark).
         """
         if isinstance(ms, Duration):
             ms = ms.ms
@@ -359,8 +360,10 @@ class TopologyTestDriver:
             raise ValueError(msg)
         self.now_ms += int(ms)
         waits = self._acks.next_times()
+        closes = [at for a in self._aggregates.values() if (at := a.next_close()) is not None]
         if run and (any(w.timer is not None and w.timer <= self.now_ms
                         for w in self._windows.values()) or any(t <= self.now_ms for t in waits)
+                    or any(at <= self.now_ms for at in closes)
                     or due(self._tick_counts, counts(self._ticks, self.now_ms))):
             self.run_batch()
 
@@ -1014,8 +1017,8 @@ class _DriverCommit:
         for component, windows in driver._aggregates.items():
             payloads = [done.folded[component]] if component in done.folded else []
             closed = ClosedWindows(component, driver.topology.components[component]
-                                   .streams["default"], fold_partials(windows, payloads),
-                                   windows)
+                                   .streams["default"],
+                                   fold_partials(windows, payloads, driver.now_ms), windows)
             done.captured += [(component, "default", list(t.values)) for t in closed.tuples()]
             out.append(closed)
         return out

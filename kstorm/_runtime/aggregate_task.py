@@ -4,7 +4,8 @@ Run by Spark's read tasks (``kstorm/_spark/windowed.py``, ``WindowStageRunner``)
 test driver (``TopologyTestDriver._aggregate_stage``) alike; :func:`read_rows`:
 
 1. Flag the late rows, per input stream (``late_mask``: a row is late when its timestamp is
-   behind the stream's latest minus the lag; ``latest`` moves on in place).
+   behind the stream's latest minus the lag; ``latest`` moves on in place). Processing-time
+   sessions have none: their rows' time is the batch's, stamped in the commit phase.
 2. Late rows: their values by field, and one envelope row per consumer of the late-tuple
    stream (none without one).
 3. On-time rows: reduced to partials per (key, window end), for the commit phase to fold in
@@ -38,9 +39,12 @@ def read_rows(batch: pa.Table | pa.RecordBatch, streams: np.ndarray, latest: dic
         consumers: the components reading the late-tuple stream.
         fields: the spout's fields (None: the batch's columns).
     """
-    # Step 1: late rows, per stream.
-    ts = batch.column(spec.ts_field).cast(pa.int64()).to_numpy(zero_copy_only=False)
-    late = late_mask(ts, streams, latest, spec.lag_ms)
+    # Step 1: late rows, per stream (none in processing time).
+    if spec.processing_time:
+        late = np.zeros(batch.num_rows, dtype=bool)
+    else:
+        ts = batch.column(spec.ts_field).cast(pa.int64()).to_numpy(zero_copy_only=False)
+        late = late_mask(ts, streams, latest, spec.lag_ms)
     values: list[dict[str, Any]] = []
     rows: list[Packed] = []
     if late.any():

@@ -114,12 +114,13 @@ def failure_error(txid: int, attempt: int, decision: Decision) -> KstormError:
     return kind(msg, hint=hint)
 
 
-def fold_partials(windows: AggregateWindows, payloads: Iterable[Mapping[str, Any]]
-                  ) -> pa.Table:
+def fold_partials(windows: AggregateWindows, payloads: Iterable[Mapping[str, Any]],
+                  now: int | None = None) -> pa.Table:
     """Fold a batch into a windowed aggregate; the windows the watermark passed.
 
     A payload per read task of the batch: its ``partials`` (None: none), its streams'
-    ``latest`` timestamps and its ``late`` count.
+    ``latest`` timestamps and its ``late`` count. ``now``: the batch's processing time
+    (Spark's batch timestamp, the test driver's clock), for processing-time sessions.
     """
     parts, late = [], 0
     latest: dict[Any, int] = {}
@@ -129,7 +130,7 @@ def fold_partials(windows: AggregateWindows, payloads: Iterable[Mapping[str, Any
         late += payload["late"]
         for stream, ts in payload["latest"].items():
             latest[stream] = max(ts, latest.get(stream, ts))
-    return windows.advance(parts, latest, late)
+    return windows.advance(parts, latest, late, now)
 
 
 @dataclass

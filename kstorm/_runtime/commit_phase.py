@@ -15,7 +15,8 @@ brings a :class:`CommitSide` that says what a step does where it runs:
    3b. ``settle_trees`` (at least once): the ackers' events become the spouts' ack/fail,
    retries, time-outs and dead letters (``kstorm/_runtime/reliability.py``).
 4. ``close_windows``: each windowed aggregate folds the batch's partials in; the windows
-   the watermark passed become tuples for the aggregate's consumers.
+   the watermark passed become tuples for the aggregate's consumers (processing-time
+   sessions: at the batch's time, Spark's offset-log timestamp or the driver's clock).
 5. The commit stage: committers (seed 002's ``ICommitter``) and the bolts downstream of
    them execute their tuples, then ``finish_batch`` in topology order, strictly in txid
    order across batches (``kstorm/_runtime/driver_rows.py``); what they emit for sinks

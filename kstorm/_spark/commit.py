@@ -251,7 +251,8 @@ class CommitPhase:
         for component, windows in self.windows.items():
             rows = batch.by_dest.pop(window_dest(component), EMPTY)
             closed, state = windows.commit_closed(batch.batch_id,
-                                                  rows.column("__vals").to_pylist())
+                                                  rows.column("__vals").to_pylist(),
+                                                  batch.kept["offsets"].timestamp_ms)
             persist.append((windows, state))
             out.append(ClosedWindows(component,
                                      self.topology.components[component].streams["default"],

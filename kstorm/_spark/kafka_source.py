@@ -41,7 +41,7 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from kstorm._kafka import client as _kafka
-from kstorm._kafka.clocks import CLOCKS_KEY, clock_of, stream_clocks
+from kstorm._kafka.clocks import CLOCKS_KEY, clock_of, due_mark, stream_clocks
 from kstorm._kafka.fetch import read_range
 from kstorm._kafka.offsets import (
     OffsetRange,
@@ -221,7 +221,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if book is None:
             end = plan_end(begin, latest, earliest, cap, self._target)
             if end == begin:
-                return start
+                return self._due(start)
             self._planned = True
             return {**to_json(end), **stream_clocks(self.clocks_file)}
         # At-least-once: max.spout.pending limits new offsets; due retries and timeouts make
@@ -236,11 +236,24 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                            new_end, waits=self._target is not None,
                            clock_ms=lambda: int(time.time() * 1000), sleep=time.sleep)
         if found is None:
-            return start
+            return self._due(start)
         now, plan, end = found
         self._planned = True
         tracked = acking_marks(now, plan.retries)
         return {**to_json(end), **stream_clocks(self.clocks_file), **tracked}
+
+    def _due(self, start: dict) -> dict:
+        """Nothing new: ``start`` (no batch), or a batch without input if one is due.
+
+        Due: a windowed aggregate's processing-time session is to close (``due_mark``); not
+        in an available-now run, which ends when the input is drained.
+        """
+        if self._target is not None:
+            return start
+        due = due_mark(self.clocks_file, int(time.time() * 1000))
+        if not due:
+            return start
+        return {**to_json(from_json(start)), **stream_clocks(self.clocks_file), **due}
 
     def prepareForTriggerAvailableNow(self) -> None:
         """Fix the target: the batches of an available-now run stop at today's ends."""

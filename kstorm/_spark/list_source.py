@@ -26,7 +26,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from kstorm._kafka.clocks import CLOCKS_KEY, clock_of, stream_clocks
+from kstorm._kafka.clocks import CLOCKS_KEY, clock_of, due_mark, stream_clocks
 from kstorm._runtime.envelope import ATTEMPT_COLUMN, CLOCK_COLUMN, MSGID_COLUMN, PLANNED_COLUMN
 from kstorm.acking.offsets import list_message_id
 from kstorm.acking.replay import SpoutBook, next_batch, read_marks
@@ -69,16 +69,24 @@ class _Reader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
         if self.acking is None:
             end, moved = new_end(None)
-            return {"batch": end, **stream_clocks(self.pmax_file)} if moved else start
+            if not moved:
+                return self._due(start, begin)
+            return {"batch": end, **stream_clocks(self.pmax_file)}
         # tracked (at least once), as a Kafka spout: due retries and time-outs make a batch,
         # and an available-now run waits for them (kstorm/acking/replay.py)
         found = next_batch(SpoutBook.load(self.acking["book"]), self.acking.get("max_pending"),
                            new_end, waits=self.target is not None,
                            clock_ms=lambda: int(time.time() * 1000), sleep=time.sleep)
         if found is None:
-            return start
+            return self._due(start, begin)
         now, plan, end = found
         return {"batch": end, **stream_clocks(self.pmax_file), **acking_marks(now, plan.retries)}
+
+    def _due(self, start: dict, begin: int) -> dict:
+        """A batch without input if a processing-time session is due (as a Kafka spout's)."""
+        due = (due_mark(self.pmax_file, int(time.time() * 1000)) if self.target is None
+               else {})
+        return {"batch": begin, **stream_clocks(self.pmax_file), **due} if due else start
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
         """Each new batch split in ``partitions`` row ranges, then one task per batch retried.

@@ -8,7 +8,10 @@ to the late-tuple stream's consumers, or are counted.
 Driver (commit phase): :class:`WindowCommit` merges the partials into the open windows,
 emits the windows the watermark passed to the bolt's consumers (sinks), and persists the
 open windows and stream clocks per batch id, so a replayed batch starts from the same state
-and closes the same windows.
+and closes the same windows. Processing-time sessions take the batch's time from Spark's
+offset log (``batchTimestampMs``, the same on a replay); when one of their open sessions is
+due to close, the clocks file says when, and the spout's source plans a batch without
+input then (``kstorm/_kafka/clocks.py``, ``due_mark``).
 """
 
 from __future__ import annotations
@@ -142,16 +145,21 @@ class WindowCommit:
             windows.restore(previous.read_bytes())
         return windows
 
-    def commit(self, batch_id: int, payloads: list[bytes]) -> tuple[list[list[Any]], Any]:
-        """Fold batch ``batch_id`` in; returns (closed window tuples, state to persist)."""
-        closed, windows = self.commit_closed(batch_id, payloads)
+    def commit(self, batch_id: int, payloads: list[bytes], now: int | None = None
+               ) -> tuple[list[list[Any]], Any]:
+        """Fold batch ``batch_id`` in; returns (closed window tuples, state to persist).
+
+        ``now``: the batch's timestamp in Spark's offset log (processing-time sessions).
+        """
+        closed, windows = self.commit_closed(batch_id, payloads, now)
         return windows.results(closed), windows
 
-    def commit_closed(self, batch_id: int, payloads: list[bytes]
+    def commit_closed(self, batch_id: int, payloads: list[bytes], now: int | None = None
                       ) -> tuple[pa.Table, AggregateWindows]:
         """As :meth:`commit`, the closed windows as Arrow (``windows.results(closed)``)."""
         windows = self._load(batch_id)
-        return fold_partials(windows, (pickle.loads(raw) for raw in payloads)), windows
+        return (fold_partials(windows, (pickle.loads(raw) for raw in payloads), now),
+                windows)
 
     def seed(self, snapshot: bytes) -> None:
         """Start from a state stored by a sink (the checkpoint was lost): as batch -1."""
@@ -165,6 +173,8 @@ class WindowCommit:
         clocks = dict(windows.latest)
         if windows.new_stream_clock() is not None:
             clocks[NEW_STREAM] = windows.new_stream_clock()
+        due = windows.next_close()  # processing time: when a batch must close a session
         self.layout.write(self.layout.clocks_path(self.component), json.dumps(
-            {"batch_id": batch_id, "latest": clocks}).encode())
+            {"batch_id": batch_id, "latest": clocks,
+             **({} if due is None else {"due": due})}).encode())
         self.layout.retain(self.dir, self.SUFFIX, batch_id)

@@ -35,6 +35,14 @@ With ``with_session_window(gap, max_duration=None)`` the windows are sessions pe
 the session windowed bolt's rules, computed by :mod:`kstorm.windowing.session_aggregate`:
 partials per (key, piece of a session) on executors, sessions merged and closed in the
 commit phase, emitted as ``(*key, session_start, session_end, *aggregates)``.
+
+Sessions may also run in processing time (no timestamp field), as a session windowed bolt's:
+a tuple's time is its micro-batch's time, given to the commit phase (``advance(..., now)``:
+Spark's batch timestamp in its offset log, so a replayed batch has the same time; the test
+driver's clock). Executors then reduce a batch's rows to one partial per key stamped 0 (every
+row of a batch has the same time), which the commit phase stamps with the batch's time;
+nothing is late, a session closes once the time is past its end (:meth:`AggregateWindows.
+next_close` tells when, so the runtime runs a batch without input then).
 """
 
 from __future__ import annotations
@@ -174,7 +182,8 @@ class WindowedAggregate(WindowedBoltConfigMixin, BaseRichBolt):
     window-end order, when the watermark passes the window's end; with
     ``with_session_window(gap, max_duration=None)``, ``(*key, session_start, session_end,
     *aggregates)`` once per session, when the watermark passes its end (the rules of
-    :mod:`kstorm.windowing.sessions`). Its output goes to sinks
+    :mod:`kstorm.windowing.sessions`); sessions without a timestamp field are in processing
+    time, closed by the first batch whose time is past their end. Its output goes to sinks
     (it runs in the commit phase); late tuples are counted, or emitted on the stream given to
     :meth:`with_late_tuple_stream` with the original tuple's values in ``late_tuple``.
 
@@ -219,12 +228,14 @@ class WindowedAggregate(WindowedBoltConfigMixin, BaseRichBolt):
     def spec(self) -> AggregateSpec:
         """The validated plan of this aggregation."""
         cfg = self.window_config
-        if not cfg.is_event_time or cfg.timestamp_field is None:
+        if cfg.timestamp_field is None and (cfg.is_event_time or not cfg.is_session):
             msg = (
-                f"{type(self).__name__} needs event time: call "
+                f"{type(self).__name__} needs event time for its windows: call "
                               "with_timestamp_field(name) (an int field of epoch ms)"
             )
-            raise ConfigError(msg)
+            raise ConfigError(msg, hint="processing time is supported for session windows "
+                              "(with_session_window); a BaseWindowedBolt has processing-time "
+                              "windows of every shape")
         if cfg.watermark_interval is not None:
             msg = (f"{type(self).__name__}: with_watermark_interval is not supported: the "
                    "aggregate closes windows once per micro-batch, so the trigger interval "
@@ -259,9 +270,12 @@ class WindowedAggregate(WindowedBoltConfigMixin, BaseRichBolt):
             raise ConfigError(msg)
         gap = cfg.session_gap.ms  # type: ignore[union-attr]  # (set: cfg.is_session)
         top = cfg.session_max_duration
-        return AggregateSpec(tuple(self.key), cfg.timestamp_field or "", gap, gap, cfg.lag.ms,
+        processing = cfg.timestamp_field is None
+        return AggregateSpec(tuple(self.key), cfg.timestamp_field or "", gap, gap,
+                             0 if processing else cfg.lag.ms,
                              tuple(self.aggregates.items()), cfg.late_tuple_stream,
-                             gap_ms=gap, max_ms=None if top is None else top.ms)
+                             gap_ms=gap, max_ms=None if top is None else top.ms,
+                             processing_time=processing)
 
     def execute(self, tuple_: Any) -> None:  # pragma: no cover - compiled, never called
         """Not called: the runtime compiles this bolt to Arrow operations."""
@@ -282,6 +296,7 @@ class AggregateSpec:
     start_inclusive: bool = False  # window bounds: start <= ts < end (else Storm's)
     gap_ms: int | None = None  # session windows: the gap (length_ms/slide_ms unused then)
     max_ms: int | None = None  # session windows: the max duration, if any
+    processing_time: bool = False  # sessions: a tuple's time is its batch's (ts_field "")
 
     @property
     def is_session(self) -> bool:
@@ -460,13 +475,34 @@ class AggregateWindows:
         """The clock a stream with none yet starts from (None before any window closed).
 
         Its tuples below the watermark (for windows that already fired) are then late,
-        never counted a second time.
+        never counted a second time. None in processing time (nothing is late).
         """
-        return None if self.closed is None else self.closed + self.spec.lag_ms
+        if self.closed is None or self.spec.processing_time:
+            return None
+        return self.closed + self.spec.lag_ms
+
+    def next_close(self) -> int | None:
+        """Processing time: the first time at which an open session closes (its end + 1).
+
+        None in event time (the watermark moves only with tuples) or with no session open.
+        A batch without input at that time closes it (Spark's sources plan one then, the
+        test driver's ``advance_time`` runs one).
+        """
+        if not self.spec.processing_time or self.open is None or not self.open.num_rows:
+            return None
+        if self.spec.max_ms is None:  # an open row is a session: its end is last + gap
+            return int(pc.min(self.open.column(LAST)).as_py()) + self.spec.gap_ms + 1
+        _, ends = fold_sessions([self.open], self.spec, np.iinfo(np.int64).max)
+        return int(pc.min(ends.column(END)).as_py()) + 1
 
     def advance(self, batch_partials: Sequence[pa.Table], latest: Mapping[Any, int],
-                late: int = 0) -> pa.Table:
-        """Fold a batch in; return the windows the watermark passed, in window-end order."""
+                late: int = 0, now: int | None = None) -> pa.Table:
+        """Fold a batch in; return the windows the watermark passed, in window-end order.
+
+        ``now``: the batch's processing time (ms), needed by processing-time sessions.
+        """
+        if self.spec.processing_time:
+            return self._advance_processing_time(batch_partials, now)
         self.late += late
         for stream, ts in latest.items():
             self.latest[stream] = max(ts, self.latest.get(stream, ts))
@@ -517,6 +553,29 @@ class AggregateWindows:
         self.open, closed = fold_sessions([self.open, *batch_partials], self.spec, wm)
         return closed if closed.num_rows else _no_rows()
 
+    def _advance_processing_time(self, batch_partials: Sequence[pa.Table], now: int | None
+                                 ) -> pa.Table:
+        """:meth:`advance` in processing time: the batch's pieces at ``now``, then close.
+
+        Time never goes back (a batch stamped before the last one, e.g. after a clock
+        change, counts as the last one's time), as in a session windowed bolt.
+        """
+        if now is None:
+            msg = ("processing-time sessions need the batch's time: advance(..., now=ms) "
+                   "(the runtime passes it)")
+            raise ConfigError(msg)
+        now = now if self.closed is None else max(now, self.closed)
+        stamped = []
+        for t in batch_partials:
+            if t.num_rows:
+                at = pa.array(np.full(t.num_rows, now, dtype=np.int64))
+                t = t.set_column(t.schema.get_field_index(FIRST), FIRST, at)
+                t = t.set_column(t.schema.get_field_index(LAST), LAST, at)
+                stamped.append(t)
+        self.closed = now
+        self.open, closed = fold_sessions([self.open, *stamped], self.spec, now)
+        return closed if closed.num_rows else _no_rows()
+
     def _starts(self, closed: pa.Table) -> pa.ChunkedArray:
         """Each closed window's start (a session's first timestamp)."""
         if self.spec.is_session:
@@ -555,10 +614,12 @@ class AggregateWindows:
         """:meth:`results` as Arrow columns named ``names`` (the output fields), in its order.
 
         None when an aggregate has no column of its own (mean, count_distinct, top_k are
-        computed per window in :meth:`results`).
+        computed per window in :meth:`results`), or ``closed`` is the table of nothing
+        closed without the partials' columns (``_no_rows``).
         """
         kinds = [agg.kind for _, agg in self.spec.aggregates]
-        if any(k in ("mean", "count_distinct", "top_k") for k in kinds):
+        if "__n" not in closed.column_names or any(
+                k in ("mean", "count_distinct", "top_k") for k in kinds):
             return None
         ends = closed.column(END)
         columns = [closed.column(k) for k in self.spec.key]
@@ -581,6 +642,8 @@ class AggregateWindows:
     def _shape(self) -> tuple[Any, ...]:
         """What the open rows mean: sessions (gap, max) or windows (length, slide)."""
         spec = self.spec
+        if spec.is_session and spec.processing_time:
+            return ("session", spec.gap_ms, spec.max_ms, "processing-time")
         if spec.is_session:
             return ("session", spec.gap_ms, spec.max_ms)
         return ("window", spec.length_ms, spec.slide_ms)

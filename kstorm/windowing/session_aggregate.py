@@ -102,8 +102,10 @@ def session_partials(table: pa.Table, spec: Any) -> pa.Table:
     """Reduce on-time rows to partials ``[*key, __first, __last, ...]`` (module docstring).
 
     ``spec`` is an :class:`~kstorm.windowing.aggregate.AggregateSpec` with ``gap_ms`` set.
+    In processing time every row is at 0, the batch's time the commit phase stamps on.
     """
-    ts = table.column(spec.ts_field).cast(pa.int64())
+    ts = (table.column(spec.ts_field).cast(pa.int64()) if not spec.processing_time
+          else pa.array(np.zeros(table.num_rows, dtype=np.int64)))
     needed = list(dict.fromkeys([*spec.key, *(f for _, f, _ in spec.partial_columns() if f),
                                  *spec.counted_fields()]))
     rows = table.select(needed).append_column("__ts", ts)

@@ -237,6 +237,11 @@ def test_results_table_has_the_session_bounds() -> None:
     assert out is not None and out.to_pylist() == [
         {"key": "a", "session_start": 0, "session_end": 15, "n": 2, "total": 3}]
     assert [list(r.values()) for r in out.to_pylist()] == windows.results(closed)
+    # a batch closing nothing: no table (the row path then has no rows), never a KeyError
+    nothing = windows.advance([partials(table.slice(2), spec)], {"0": 51})
+    assert nothing.num_rows == 0
+    assert windows.results_table(nothing, ["key", "session_start", "session_end", "n",
+                                           "total"]) is None
 
 
 def test_snapshot_keeps_open_sessions_and_refuses_other_windows() -> None:

@@ -330,10 +330,14 @@ def test_session_options_are_validated():
     assert not cfg.is_session and cfg.window_length == Duration.seconds(5)
 
 
-def test_windowed_aggregate_sessions_need_event_time():
+def test_windowed_aggregate_sessions_without_a_timestamp_field_are_in_processing_time():
     agg = WindowedAggregate(key=["user"], n=Agg.count()).with_session_window(Duration.seconds(5))
+    spec = agg.spec()
+    assert spec.processing_time and spec.ts_field == "" and spec.lag_ms == 0
+    extracted = (WindowedAggregate(key=["user"], n=Agg.count())
+                 .with_session_window(Duration.seconds(5)).with_timestamp_extractor(lambda t: 0))
     with pytest.raises(ConfigError, match="needs event time"):
-        agg.spec()
+        extracted.spec()
 
 
 def test_a_fired_session_is_kept_while_a_tuple_could_still_bridge_to_it():
