@@ -39,18 +39,20 @@ _RUNTIME = (OutputCollector, BasicOutputCollector, TopologyContext)
 _WARNED: set[str] = set()
 
 
-def _runtime_object(value: Any) -> bool:
+def _runtime_object(value: Any, handed: tuple[Any, ...]) -> bool:
     """What the runtime handed the bolt (not its own): collector, context, state."""
-    return isinstance(value, _RUNTIME) or callable(getattr(value, "prepare_commit", None))
+    return (any(value is h for h in handed) or isinstance(value, _RUNTIME)
+            or callable(getattr(value, "prepare_commit", None)))
 
 
-def save(bolt: Any, component: str) -> bytes | None:
+def save(bolt: Any, component: str, handed: tuple[Any, ...] = ()) -> bytes | None:
     """The bolt's own fields after a batch, with a new token the instance keeps.
 
-    None when it has none that pickle.
+    ``handed``: what the runtime gave the bolt (its collectors, context, state), never kept.
+    None when it has no fields of its own.
     """
     fields = {name: value for name, value in vars(bolt).items()
-              if not name.startswith("_kstorm") and not _runtime_object(value)}
+              if not name.startswith("_kstorm") and not _runtime_object(value, handed)}
     if not fields:
         return None
     try:

@@ -125,6 +125,7 @@ class _Task:
     #: grouping fields ("source", "stream") -> their positions in its tuples
     keyed: Any = None
     group_fields: dict[tuple[str, str], Any] | None = None
+    state: Any = None  # the state ``init_state`` was given (a stateful bolt)
 
 
 class StageExecutor:
@@ -457,7 +458,8 @@ class StageExecutor:
 
         The bolt instance's own fields travel with the windows (``bolt_fields.py``).
         """
-        bolt = self._task(component, task).bolt  # its fields as the windows left them
+        running = self._task(component, task)
+        bolt = running.bolt  # its fields as the windows left them
         bolt_fields.restore(bolt, windowed.bolt_fields)
         out = WindowOutput(self, component, task, late_stream)
         if acks_on_arrival or self._acking is None:
@@ -470,7 +472,8 @@ class StageExecutor:
             for tup in windowed.settle(tuples):
                 if isinstance(tup._ids, TrackedTuple) and not tup._ids.settled:
                     self._acked(component, tup)
-        windowed.bolt_fields = bolt_fields.save(bolt, component)
+        windowed.bolt_fields = bolt_fields.save(bolt, component, (
+            running.collector, running.basic, running.context, running.state))
 
     def _acked(self, component: str, tup: Tuple) -> None:
         self.counters[f"{component}.acked"] += 1
@@ -553,6 +556,7 @@ class StageExecutor:
                 found.group_fields = {(g.component, g.stream): list(g.fields or ())
                                       for g in self.topology.components[component].inputs}
             bolt.init_state(state)
+            found.state = state
         self._tasks[key] = found
         return found
 

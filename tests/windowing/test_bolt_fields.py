@@ -110,3 +110,19 @@ def test_fields_that_do_not_pickle_stay_and_are_named_once(
     assert not hasattr(other, "lock")
     named = [r for r in caplog.records if "do not pickle" in r.getMessage()]
     assert len(named) == 1 and "['lock']" in named[0].getMessage()
+
+
+class Handed:
+    """A state without seed 000's methods (as Spark's map state is), and picklable."""
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        return default
+
+
+def test_the_state_the_runtime_handed_the_bolt_stays_its_own() -> None:
+    bolt, state = RunningSum(), Handed()
+    bolt.state, bolt.sum = state, 5
+    saved = bolt_fields.save(bolt, "sum", (state,))
+    other = RunningSum()
+    bolt_fields.restore(other, saved)
+    assert other.sum == 5 and not hasattr(other, "state")
