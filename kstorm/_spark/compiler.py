@@ -64,7 +64,9 @@ class CompiledQuery:
 def compile_query(spark: SparkSession, topology: StormTopology, plan: Plan, name: str,
                   conf: dict[str, Any], settings: TopologyConfig, layout: CheckpointLayout,
                   window_seeds: dict[str, bytes] | None = None,
-                  acking: AckingPlan | None = None, txid_base: int = 0) -> CompiledQuery:
+                  acking: AckingPlan | None = None, txid_base: int = 0,
+                  initial_state: dict[str, list[dict[bytes, bytes]]] | None = None
+                  ) -> CompiledQuery:
     """Build the streaming DataFrames of ``plan``.
 
     ``conf`` is the user's configuration (bolts' ``prepare`` gets it), ``settings`` the
@@ -72,6 +74,9 @@ def compile_query(spark: SparkSession, topology: StormTopology, plan: Plan, name
     windowed bolt snapshots a sink stored, used after a lost checkpoint. ``acking``
     (at-least-once): the tracked spouts; their sources read the commit phase's books and
     the ackers run at the end of the plan. ``txid_base``: txid = base + batch id.
+    ``initial_state``: a rescaling start's stateful bolts' state, per bolt and new task
+    (encoded key -> stored value), which their first batch begins with
+    (``kstorm/_spark/state_rescale.py``).
     """
     run = uuid.uuid4().hex  # the stages' run ids: "<run>.<stage>" (bolt instances, affinity)
     task_keys = recorded_task_keys(layout, plan, topology,
@@ -153,8 +158,12 @@ def compile_query(spark: SparkSession, topology: StormTopology, plan: Plan, name
             frame, key = _keyed(frame, task_keys[stage.head])
             ctx.input_columns = [c for c in frame.columns]
             ctx.input_schema = to_arrow_schema(frame.schema)
+            seed = None
+            if initial_state is not None and stage.head in initial_state:
+                seed = _initial_state(spark, frame, key, task_keys[stage.head],
+                                      initial_state[stage.head])
             out = frame.groupBy(key).transformWithStateInPandas(
-                stateful_processor(ctx), ENVELOPE_DDL, "Append", "None")
+                stateful_processor(ctx), ENVELOPE_DDL, "Append", "None", initialState=seed)
         else:
             out = frame.mapInArrow(StageRunner(ctx), ENVELOPE_DDL)
         env[stage.index] = out
@@ -170,6 +179,14 @@ def compile_query(spark: SparkSession, topology: StormTopology, plan: Plan, name
         output = add_ackers(output, acking, task_keys[ACKER_COMPONENT],
                             task_keys[PASS_THROUGH])
     return CompiledQuery(output, env, run)
+
+
+def _initial_state(spark: SparkSession, frame: DataFrame, key: str, keys: list[int],
+                   tasks: list[dict[bytes, bytes]]) -> Any:
+    """A stateful stage's TWS ``initialState``: each task's entries under its grouping key."""
+    kind = frame.schema[key].dataType.simpleString()
+    rows = [(keys[t], k, v) for t, entries in enumerate(tasks) for k, v in entries.items()]
+    return spark.createDataFrame(rows, f"`{key}` {kind}, k binary, v binary").groupBy(key)
 
 
 def _source_acking(spec: Any, acking: AckingPlan | None, settings: TopologyConfig,
@@ -457,9 +474,10 @@ def _check_same_parallelism(layout: CheckpointLayout, bolt: str, n: int,
            f"state (spark provider) for {was} task(s): state is per task, so its keys would "
            "move to tasks without their state")
     raise StateError(msg, hint=(f"keep the bolt's parallelism at {was}, or start over with a "
-                                "new checkpoint directory (its state starts empty); the redis "
-                                "provider (topology.state.provider = redis) rescales a stateful "
-                                "bolt fed by fields groupings (docs/state.md, Rescaling)"))
+                                "new checkpoint directory (its state starts empty); a stateful "
+                                "bolt fed by fields groupings from bolts rescales (spark or "
+                                "redis provider), a windowed bolt does not (docs/state.md, "
+                                "Rescaling)"))
 
 
 def _check_same_state_operators(layout: CheckpointLayout, recorded: set[str],
