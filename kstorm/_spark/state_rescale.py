@@ -181,6 +181,11 @@ def _changed(topology: StormTopology, heads: list[str], keys: Mapping[str, Any])
 
 
 def _sinks_txid(name: str, records: Mapping[str, Any]) -> int:
+    if not records:
+        msg = (f"topology {name!r}: a stateful bolt's state (spark provider) moves to a new "
+               "checkpoint that resumes from its sinks' offsets, but no sink records offsets")
+        raise StateError(msg, hint="keep the bolt's parallelism, or write its output with a "
+                         "sink that records offsets (RedisSink, KafkaSink)")
     known = {sid: rec.txid for sid, rec in records.items() if rec is not None}
     if not known or len(set(known.values())) != 1 or len(known) != len(records):
         msg = (f"topology {name!r}: a stateful bolt's state (spark provider) moves to a new "

@@ -137,6 +137,10 @@ def test_a_refused_move_changes_nothing(tmp_path: Path) -> None:
         _start(cp, 3, 4, [], grouping="global")
     with pytest.raises(StateError, match="sinks are at txid 9"):
         _start(cp, 3, 9, [])
+    topology = _topology(3)
+    with pytest.raises(StateError, match="no sink records offsets"):
+        state_rescale.rescale("t", cp, topology, compile_plan(topology), False, {},
+                              lambda: None, lambda: None)
     assert sorted(str(p) for p in tmp_path.rglob("*")) == before
 
 
