@@ -138,6 +138,7 @@ def rescale(name: str, checkpoint: Path, topology: StormTopology, plan: Any,
         keys = layout.task_keys() or {}
         if not _changed(topology, heads, keys):
             return None
+    # Step 1
     _check(name, topology, plan, heads, keys, guarantee_tracked)
     completed: Path | None = None
     if record is None and txid == base + batch + 1:
@@ -149,6 +150,7 @@ def rescale(name: str, checkpoint: Path, topology: StormTopology, plan: Any,
                    f"{source} is at txid {base + batch}")
             raise StateError(msg, hint="start with the parallelism the checkpoint has, so "
                              "the checkpoint and the sinks agree again, then change it")
+        # Step 2
         if entries is None:
             entries = _read_maps(session(), source, batch, heads, keys)
         initial, moved = _moved_state(name, entries, topology, heads, keys)
@@ -156,6 +158,7 @@ def rescale(name: str, checkpoint: Path, topology: StormTopology, plan: Any,
         if completed is not None:
             completed.unlink(missing_ok=True)  # a refused start changes nothing
         raise
+    # Step 3
     if record is None:
         aside = checkpoint.with_name(f"{checkpoint.name}.rescaled-at-{txid}")
         if aside.exists():
@@ -163,7 +166,7 @@ def rescale(name: str, checkpoint: Path, topology: StormTopology, plan: Any,
         CheckpointLayout.write(record_path(checkpoint), pickle.dumps({
             "source": str(aside), "batch": batch, "base": base, "txid": txid,
             "keys": keys, "entries": entries}, protocol=5))
-        checkpoint.rename(aside)  # Step 3: from here, the next start moves from ``aside``
+        checkpoint.rename(aside)  # from here, the next start moves what the record holds
     else:  # a rescaling start again: this checkpoint's first batch is not committed
         failed = checkpoint.with_name(f"{checkpoint.name}.unfinished-{int(time.time())}")
         checkpoint.rename(failed)
@@ -172,6 +175,7 @@ def rescale(name: str, checkpoint: Path, topology: StormTopology, plan: Any,
         log.info("state of %r: %d key(s) moved from %d task(s) to %d by key group, at txid %s "
                  "(spark provider, from %s)", bolt,
                  sum(len(m) for m in initial[bolt]), old, new, txid, source)
+    # Step 4: the caller resumes from the sinks in the new checkpoint, seeded with ``initial``
     return Rescaling(initial, txid, moved)
 
 
