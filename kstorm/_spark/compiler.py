@@ -319,7 +319,7 @@ def task_partition_keys(n: int) -> list[int]:
     return [int(key) for key in keys if key is not None]
 
 
-def tws_task_keys(n: int, partitions: int) -> list[int]:
+def tws_task_keys(n: int, partitions: int, avoid: frozenset[int] = frozenset()) -> list[int]:
     """Grouping keys of a stateful stage's ``n`` tasks: task ``t`` in partition ``t % partitions``.
 
     A stateful or windowed stage runs as ``groupBy(key).transformWithState``, which Spark
@@ -327,7 +327,10 @@ def tws_task_keys(n: int, partitions: int) -> list[int]:
     index itself, tasks 0 and 1 of a 2-task bolt both went to partition 1 of 2: one Spark
     task ran the whole stage and the other core idled. Task ``t``'s key is the smallest
     ``t + n * j`` (``j >= 0``) that Spark puts in partition ``t % partitions``, so the tasks
-    spread evenly and ``key % n`` gives the task back (:func:`task_of_key`).
+    spread evenly and ``key % n`` gives the task back (:func:`task_of_key`). Keys in
+    ``avoid`` (another stateful bolt's) are skipped, so Spark's state reader, which numbers
+    state operators rather than bolts, can tell the bolts' state apart by their keys
+    (``state_rescale.py``).
 
     Example:
         >>> tws_task_keys(2, 2)
@@ -338,7 +341,7 @@ def tws_task_keys(n: int, partitions: int) -> list[int]:
     keys = []
     for t in range(n):
         k = t
-        while _murmur3_int(k) % partitions != t % partitions:
+        while _murmur3_int(k) % partitions != t % partitions or k in avoid:
             k += n
         keys.append(k)
     return keys
@@ -416,7 +419,9 @@ def recorded_task_keys(layout: CheckpointLayout, plan: Plan, topology: StormTopo
                 _check_same_parallelism(layout, f"{kinds[head]} bolt {head!r}", n, entry)
             _check_same_routes(layout, head, entry.get("inputs", {}), routes)
         if entry is None or len(entry["keys"]) != n:
-            entry = recorded[head] = _new_entry(kind, n, partitions)
+            others = frozenset(k for h, e in recorded.items() if h != head
+                               and h != ACKER_COMPONENT for k in e["keys"])
+            entry = recorded[head] = _new_entry(kind, n, partitions, others)
             changed = True
         if entry.get("inputs") != routes:
             entry["inputs"] = routes
@@ -458,9 +463,10 @@ def _state_grouped_on_task_keys(checkpoint: Path) -> bool:
                for path in (checkpoint / "state").glob("*/_stateSchema/**/*") if path.is_file())
 
 
-def _new_entry(kind: str, n: int, partitions: int) -> dict[str, Any]:
-    """A record of ``n`` tasks' keys: the task index itself, or spread over ``partitions``."""
-    keys = list(range(n)) if kind == "task" else tws_task_keys(n, partitions)
+def _new_entry(kind: str, n: int, partitions: int,
+               avoid: frozenset[int] = frozenset()) -> dict[str, Any]:
+    """A record of ``n`` tasks' keys: the task index, or spread (none in ``avoid``)."""
+    keys = list(range(n)) if kind == "task" else tws_task_keys(n, partitions, avoid)
     return {"kind": kind, "partitions": partitions, "keys": keys}
 
 

@@ -286,7 +286,9 @@ def _read_maps(spark: Any, source: Path, batch: int, heads: list[str],
     """Every stateful bolt's ``(grouping key, key, value)`` at ``batch`` of ``source``.
 
     Spark numbers a query's state operators itself; a stateful bolt's operator is the one
-    holding the map :data:`STATE_VAR` whose grouping keys are among the bolt's recorded keys.
+    holding the map :data:`STATE_VAR` whose grouping keys are among the bolt's recorded keys
+    (a bolt none fits holds no state). Every operator holding state must be some bolt's,
+    and no two bolts' the same.
     """
     path = str(source)
     operators = []
@@ -301,15 +303,20 @@ def _read_maps(spark: Any, source: Path, batch: int, heads: list[str],
                  .option("stateVarName", STATE_VAR).option("batchId", batch).load(path))
         found[op] = [(int(r[0][0]), bytes(r[1][0]), bytes(r[2][0]))
                      for r in frame.select("key", "user_map_key", "user_map_value").collect()]
-    by_head: dict[str, list[tuple[int, bytes, bytes]]] = {}
+    chosen: dict[str, int | None] = {}
     for head in heads:
         mine = {int(k) for k in keys[head]["keys"]}
-        fits = [op for op in operators
-                if {g for g, _, _ in found[op]} <= mine and (found[op] or len(heads) == 1)]
-        if len(fits) != 1 and not (len(heads) == 1 and len(operators) == 1):
-            msg = (f"cannot tell which of the state operators {operators} in {source} holds "
-                   f"stateful bolt {head!r}'s state (its task keys {sorted(mine)} fit "
-                   f"{fits})")
+        fits = [op for op in operators if found[op] and {g for g, _, _ in found[op]} <= mine]
+        if len(fits) > 1:
+            msg = (f"cannot tell which of the state operators {fits} in {source} holds "
+                   f"stateful bolt {head!r}'s state (each has only its task keys "
+                   f"{sorted(mine)})")
             raise StateError(msg, hint=_HINT)
-        by_head[head] = found[fits[0] if fits else operators[0]] if operators else []
-    return by_head
+        chosen[head] = fits[0] if fits else None  # none: its tasks hold no state
+    held = [op for op in chosen.values() if op is not None]
+    unread = [op for op in operators if found[op] and op not in held]
+    if len(set(held)) != len(held) or unread:
+        msg = (f"cannot tell the stateful bolts' state operators apart in {source}: by "
+               f"their task keys, {chosen} (operators {operators})")
+        raise StateError(msg, hint=_HINT)
+    return {head: found[op] if op is not None else [] for head, op in chosen.items()}

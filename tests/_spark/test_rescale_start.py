@@ -178,3 +178,58 @@ def test_a_new_first_batch_the_sinks_committed_is_completed_and_kept(tmp_path: P
     assert _start(cp, 4, 4, []) is None  # the sinks committed txid 4 = its batch 0
     assert (cp / "commits" / "0").exists()
     assert not state_rescale.record_path(cp).exists()
+
+
+class _Reader:
+    """``spark.read`` answering as Spark's state-metadata and statestore readers would."""
+
+    def __init__(self, ops: dict[int, list[tuple[int, bytes, bytes]]]) -> None:
+        self.ops, self.opts = ops, {}
+
+    @property
+    def read(self) -> _Reader:
+        return self
+
+    def format(self, name: str) -> _Reader:
+        self.opts = {"format": name}
+        return self
+
+    def option(self, key: str, value: Any) -> _Reader:
+        self.opts[key] = value
+        return self
+
+    def load(self, path: str) -> _Reader:
+        return self
+
+    def select(self, *columns: str) -> _Reader:
+        return self
+
+    def collect(self) -> list[Any]:
+        if self.opts["format"] == "state-metadata":
+            props = '{"stateVariables":[{"stateName":"kv"}]}'
+            return [{"operatorId": op, "operatorProperties": props} for op in self.ops]
+        return [((g,), (k,), (v,)) for g, k, v in self.ops[self.opts["operatorId"]]]
+
+
+def test_each_stateful_bolt_s_operator_is_the_one_holding_its_task_keys(tmp_path: Path) -> None:
+    from kstorm._spark.compiler import recorded_task_keys
+
+    builder = TopologyBuilder()
+    builder.set_spout("lines", ListSpout([["a"]], Fields("line")))
+    builder.set_bolt("split", Split(), 2).shuffle_grouping("lines")
+    builder.set_bolt("count", Count(), 2).fields_grouping("split", Fields("word"))
+    builder.set_bolt("again", Count(), 2).fields_grouping("count", Fields("word"))
+    topology = builder.create_topology()
+    layout = CheckpointLayout(tmp_path / "cp")
+    keys = recorded_task_keys(layout, compile_plan(topology), topology, 2)
+    assert not set(keys["count"]) & set(keys["again"])  # two bolts, two sets of keys
+    record = layout.task_keys()
+    ops = {0: [(keys["again"][1], b"x", b"2")], 1: [(keys["count"][0], b"y", b"1")]}
+    found = state_rescale._read_maps(_Reader(ops), tmp_path, 0, ["count", "again"], record)
+    assert found == {"count": ops[1], "again": ops[0]}
+    empty = {0: [], 1: ops[1]}  # "again" holds nothing yet
+    assert state_rescale._read_maps(_Reader(empty), tmp_path, 0, ["count", "again"],
+                                    record) == {"count": ops[1], "again": []}
+    same = {h: {**e, "keys": keys["count"]} for h, e in record.items()}  # an older record
+    with pytest.raises(StateError, match="cannot tell"):
+        state_rescale._read_maps(_Reader(ops), tmp_path, 0, ["count", "again"], same)
