@@ -30,8 +30,8 @@ def test_describe_names_components_groupings_stages_and_the_driver() -> None:
     assert ("count: WindowCount x3, stateful bolt (per task; KeyValueState in "
             "topology.state.provider)") in text
     assert ("state by key group h = stable_hash(grouping values): task 0 holds h mod 3 = 0, "
-            "task 1 holds h mod 3 = 1, task 2 holds h mod 3 = 2; rescalable with "
-            "topology.state.provider = redis") in text
+            "task 1 holds h mod 3 = 1, task 2 holds h mod 3 = 2; rescalable "
+            "(topology.state.provider spark or redis)") in text
     assert "results: CaptureSink x1, sink (driver, commit phase)" in text
     assert "input hash-partitioned by task" in text
     assert "commit phase (driver, one batch at a time, in txid order): results" in text

@@ -64,7 +64,9 @@ class CompiledQuery:
 def compile_query(spark: SparkSession, topology: StormTopology, plan: Plan, name: str,
                   conf: dict[str, Any], settings: TopologyConfig, layout: CheckpointLayout,
                   window_seeds: dict[str, bytes] | None = None,
-                  acking: AckingPlan | None = None, txid_base: int = 0) -> CompiledQuery:
+                  acking: AckingPlan | None = None, txid_base: int = 0,
+                  initial_state: dict[str, list[dict[bytes, bytes]]] | None = None
+                  ) -> CompiledQuery:
     """Build the streaming DataFrames of ``plan``.
 
     ``conf`` is the user's configuration (bolts' ``prepare`` gets it), ``settings`` the
@@ -72,6 +74,9 @@ def compile_query(spark: SparkSession, topology: StormTopology, plan: Plan, name
     windowed bolt snapshots a sink stored, used after a lost checkpoint. ``acking``
     (at-least-once): the tracked spouts; their sources read the commit phase's books and
     the ackers run at the end of the plan. ``txid_base``: txid = base + batch id.
+    ``initial_state``: a rescaling start's stateful bolts' state, per bolt and new task
+    (encoded key -> stored value), which their first batch begins with
+    (``kstorm/_spark/state_rescale.py``).
     """
     run = uuid.uuid4().hex  # the stages' run ids: "<run>.<stage>" (bolt instances, affinity)
     task_keys = recorded_task_keys(layout, plan, topology,
@@ -153,8 +158,12 @@ def compile_query(spark: SparkSession, topology: StormTopology, plan: Plan, name
             frame, key = _keyed(frame, task_keys[stage.head])
             ctx.input_columns = [c for c in frame.columns]
             ctx.input_schema = to_arrow_schema(frame.schema)
+            seed = None
+            if initial_state is not None and stage.head in initial_state:
+                seed = _initial_state(spark, frame, key, task_keys[stage.head],
+                                      initial_state[stage.head])
             out = frame.groupBy(key).transformWithStateInPandas(
-                stateful_processor(ctx), ENVELOPE_DDL, "Append", "None")
+                stateful_processor(ctx), ENVELOPE_DDL, "Append", "None", initialState=seed)
         else:
             out = frame.mapInArrow(StageRunner(ctx), ENVELOPE_DDL)
         env[stage.index] = out
@@ -170,6 +179,14 @@ def compile_query(spark: SparkSession, topology: StormTopology, plan: Plan, name
         output = add_ackers(output, acking, task_keys[ACKER_COMPONENT],
                             task_keys[PASS_THROUGH])
     return CompiledQuery(output, env, run)
+
+
+def _initial_state(spark: SparkSession, frame: DataFrame, key: str, keys: list[int],
+                   tasks: list[dict[bytes, bytes]]) -> Any:
+    """A stateful stage's TWS ``initialState``: each task's entries under its grouping key."""
+    kind = frame.schema[key].dataType.simpleString()
+    rows = [(keys[t], k, v) for t, entries in enumerate(tasks) for k, v in entries.items()]
+    return spark.createDataFrame(rows, f"`{key}` {kind}, k binary, v binary").groupBy(key)
 
 
 def _source_acking(spec: Any, acking: AckingPlan | None, settings: TopologyConfig,
@@ -302,7 +319,7 @@ def task_partition_keys(n: int) -> list[int]:
     return [int(key) for key in keys if key is not None]
 
 
-def tws_task_keys(n: int, partitions: int) -> list[int]:
+def tws_task_keys(n: int, partitions: int, avoid: frozenset[int] = frozenset()) -> list[int]:
     """Grouping keys of a stateful stage's ``n`` tasks: task ``t`` in partition ``t % partitions``.
 
     A stateful or windowed stage runs as ``groupBy(key).transformWithState``, which Spark
@@ -310,7 +327,10 @@ def tws_task_keys(n: int, partitions: int) -> list[int]:
     index itself, tasks 0 and 1 of a 2-task bolt both went to partition 1 of 2: one Spark
     task ran the whole stage and the other core idled. Task ``t``'s key is the smallest
     ``t + n * j`` (``j >= 0``) that Spark puts in partition ``t % partitions``, so the tasks
-    spread evenly and ``key % n`` gives the task back (:func:`task_of_key`).
+    spread evenly and ``key % n`` gives the task back (:func:`task_of_key`). Keys in
+    ``avoid`` (another stateful bolt's) are skipped, so Spark's state reader, which numbers
+    state operators rather than bolts, can tell the bolts' state apart by their keys
+    (``state_rescale.py``).
 
     Example:
         >>> tws_task_keys(2, 2)
@@ -321,7 +341,7 @@ def tws_task_keys(n: int, partitions: int) -> list[int]:
     keys = []
     for t in range(n):
         k = t
-        while _murmur3_int(k) % partitions != t % partitions:
+        while _murmur3_int(k) % partitions != t % partitions or k in avoid:
             k += n
         keys.append(k)
     return keys
@@ -399,7 +419,9 @@ def recorded_task_keys(layout: CheckpointLayout, plan: Plan, topology: StormTopo
                 _check_same_parallelism(layout, f"{kinds[head]} bolt {head!r}", n, entry)
             _check_same_routes(layout, head, entry.get("inputs", {}), routes)
         if entry is None or len(entry["keys"]) != n:
-            entry = recorded[head] = _new_entry(kind, n, partitions)
+            others = frozenset(k for h, e in recorded.items() if h != head
+                               and h != ACKER_COMPONENT for k in e["keys"])
+            entry = recorded[head] = _new_entry(kind, n, partitions, others)
             changed = True
         if entry.get("inputs") != routes:
             entry["inputs"] = routes
@@ -441,9 +463,10 @@ def _state_grouped_on_task_keys(checkpoint: Path) -> bool:
                for path in (checkpoint / "state").glob("*/_stateSchema/**/*") if path.is_file())
 
 
-def _new_entry(kind: str, n: int, partitions: int) -> dict[str, Any]:
-    """A record of ``n`` tasks' keys: the task index itself, or spread over ``partitions``."""
-    keys = list(range(n)) if kind == "task" else tws_task_keys(n, partitions)
+def _new_entry(kind: str, n: int, partitions: int,
+               avoid: frozenset[int] = frozenset()) -> dict[str, Any]:
+    """A record of ``n`` tasks' keys: the task index, or spread (none in ``avoid``)."""
+    keys = list(range(n)) if kind == "task" else tws_task_keys(n, partitions, avoid)
     return {"kind": kind, "partitions": partitions, "keys": keys}
 
 
@@ -457,9 +480,10 @@ def _check_same_parallelism(layout: CheckpointLayout, bolt: str, n: int,
            f"state (spark provider) for {was} task(s): state is per task, so its keys would "
            "move to tasks without their state")
     raise StateError(msg, hint=(f"keep the bolt's parallelism at {was}, or start over with a "
-                                "new checkpoint directory (its state starts empty); the redis "
-                                "provider (topology.state.provider = redis) rescales a stateful "
-                                "bolt fed by fields groupings (docs/state.md, Rescaling)"))
+                                "new checkpoint directory (its state starts empty); a stateful "
+                                "bolt fed by fields groupings from bolts rescales (spark or "
+                                "redis provider), a windowed bolt does not (docs/state.md, "
+                                "Rescaling)"))
 
 
 def _check_same_state_operators(layout: CheckpointLayout, recorded: set[str],

@@ -14,6 +14,7 @@ from collections.abc import Collection, Sequence
 from pathlib import Path
 
 from kstorm._runtime.batch import BatchOffsets
+from kstorm._runtime.checkpoint import CheckpointLayout
 
 
 def read_batch(checkpoint: Path, batch_id: int, spouts: Sequence[str], *,
@@ -80,3 +81,18 @@ def replay_last_batch(checkpoint: Path, last_batch: int) -> list[str]:
                 victim.unlink()
                 removed.append(str(victim.relative_to(checkpoint)))
     return removed
+
+
+def complete_batch(checkpoint: Path, batch: int, like: Path, like_batch: int) -> Path | None:
+    """Write Spark's commit of ``batch``, whose sinks committed it, as ``like`` committed another.
+
+    The entry is a copy of ``like``'s commit of ``like_batch`` (the same format and
+    watermark). Returns the file written, or None: ``batch`` was not planned, or there is
+    no entry to copy.
+    """
+    source = like / "commits" / str(like_batch)
+    if not (checkpoint / "offsets" / str(batch)).exists() or not source.exists():
+        return None
+    target = checkpoint / "commits" / str(batch)
+    CheckpointLayout.write(target, source.read_bytes())
+    return target

@@ -29,7 +29,7 @@ from kstorm._runtime.progress import Progress
 from kstorm._runtime.reliability import SpoutReliability, lowest_unacked
 from kstorm._runtime.state_book import StateBook
 from kstorm._runtime.ticks import tick_periods
-from kstorm._spark import overlap, speedups
+from kstorm._spark import overlap, speedups, state_rescale
 from kstorm._spark.batch_rows import foreach_batch
 from kstorm._spark.commit import UNACKED_STATE, CommitPhase, window_state_key
 from kstorm._spark.compiler import compile_query
@@ -114,6 +114,8 @@ class _Recovered:
     resume: reconcile.Resume
     states: StateBook | None
     resumed_state: dict[str, Any]  # the resumed sink's stored state ({} without one)
+    #: a rescaling start: its stateful bolts' state per new task (``state_rescale.py``)
+    initial_state: dict[str, list[dict[bytes, bytes]]] | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -189,8 +191,16 @@ def _recover(run: _Locked, opened: contextlib.ExitStack) -> _Recovered:
     """
     missing_topics = _check_kafka_spouts(run.topology, run.settings.topics_must_exist)
     sinks = open_sinks(run.name, run.conf, run.settings, run.topology, run.plan.sinks, opened)
+    rescaling = _rescale_spark_state(run, sinks)
     resume, last_batch, refused = _reconcile(run, sinks)
-    if resume.from_sink is not None:
+    if rescaling is not None:
+        if resume.txid_base != rescaling.txid + 1:
+            msg = (f"topology {run.name!r}: its stateful bolts' state moved at txid "
+                   f"{rescaling.txid}, but it resumes at txid {resume.txid_base}")
+            raise StateError(msg, hint="start it again: the move is made again from "
+                             f"{state_rescale.record_path(run.checkpoint)}")
+        resume = dataclasses.replace(resume, reset_checkpoint=False)  # moved already
+    elif resume.from_sink is not None:
         _check_state_survives(run.name, run.topology, run.plan, run.checkpoint, resume,
                               run.settings, existed=run.existed)
     _check_tick_source(run.name, run.plan, run.checkpoint, run.layout)
@@ -201,7 +211,31 @@ def _recover(run: _Locked, opened: contextlib.ExitStack) -> _Recovered:
         run.lock.follow(run.name)
     run.layout.set_txid_base(resume.txid_base)
     topology = _resume_spouts(run, resume, resumed_state)
-    return _Recovered(topology, sinks, missing_topics, refused, resume, states, resumed_state)
+    return _Recovered(topology, sinks, missing_topics, refused, resume, states, resumed_state,
+                      rescaling.initial_state if rescaling is not None else None)
+
+
+def _rescale_spark_state(run: _Locked, sinks: dict[str, BaseSink]
+                         ) -> state_rescale.Rescaling | None:
+    """Stateful bolts whose parallelism changed: their Spark state moved to a new checkpoint.
+
+    Only with ``topology.state.provider = spark`` (another provider moves its own state:
+    ``kstorm/_runtime/state_book.py``); ``kstorm/_spark/state_rescale.py`` says how.
+    """
+    if run.settings.state_provider != "spark":
+        return None
+    records = {sid: sink.committed_offsets() for sid, sink in sinks.items()
+               if sink.records_offsets}
+    with contextlib.ExitStack() as session_settings:
+        def session() -> Any:
+            spark, restore = session_for(run.settings, app_name=run.name)
+            session_settings.callback(restore)
+            return spark
+
+        return state_rescale.rescale(
+            run.name, run.checkpoint, run.topology, run.plan,
+            run.settings.guarantee is Guarantee.AT_LEAST_ONCE and run.settings.ackers_enabled,
+            records, session, lambda: run.lock.follow(run.name))
 
 
 def _reconcile(run: _Locked, sinks: dict[str, BaseSink]
@@ -303,7 +337,8 @@ def _plan(run: _Locked, recovered: _Recovered, acking: Any,
     compiled = compile_query(spark, recovered.topology, run.plan, run.name, run.conf,
                              run.settings, run.layout,
                              window_seeds=dict(recovered.resumed_state), acking=acking,
-                             txid_base=recovered.resume.txid_base)
+                             txid_base=recovered.resume.txid_base,
+                             initial_state=recovered.initial_state)
     commit = _commit_phase(run, recovered, acking, overlapped, opened)
     metrics = _metrics_server(run.name, commit, run.settings)
     if metrics is not None:

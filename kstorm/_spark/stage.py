@@ -58,6 +58,7 @@ from kstorm._spark.tws_map import BinaryMap
 from kstorm.config import TopologyConfig
 from kstorm.grouping import GroupingKind
 from kstorm.state import encode_key
+from kstorm.state.rescale import TAGGED, new_group, split_value, tag_value
 from kstorm.topology import StormTopology
 from kstorm.transactional.attempt import TransactionAttempt
 from kstorm.tuple import Tuple
@@ -482,6 +483,12 @@ class MapStateKeyValue:
 
     def __init__(self, map_state: Any) -> None:
         self._ms = BinaryMap(map_state)
+        #: record each written key's key group in its value (the executor sets it for a
+        #: bolt whose inputs are all fields groupings from bolts: ``kstorm/state/rescale.py``)
+        self.tagging = False
+        #: the key group (routing hash) of the tuple being executed; None outside execute
+        self.key_group: int | None = None
+        self._groups: dict[Any, bytes] = {}   # key -> its key group, as read or written
         self._cache: dict[Any, Any] = {}
         self._dirty: set[Any] = set()
         self._reads = 0                       # point reads and scan lookups this batch
@@ -493,11 +500,12 @@ class MapStateKeyValue:
     def _value(self, key: Any) -> Any:
         value = self._cache.get(key, self._MISSING)
         if value is self._MISSING:
-            value = self._cache[key] = self._stored(encode_key(key))
+            value = self._cache[key] = self._stored(key)
         return value
 
-    def _stored(self, bkey: bytes) -> Any:
-        """The store's value of an encoded key (``_ABSENT``: none)."""
+    def _stored(self, key: Any) -> Any:
+        """The store's value of ``key`` (``_ABSENT``: none); its key group is noted."""
+        bkey = encode_key(key)
         blob = self._scanned.get(bkey)
         if blob is None and not self._scan_done:
             self._reads += 1
@@ -505,7 +513,13 @@ class MapStateKeyValue:
                 blob = self._scan_for(bkey)
             if blob is None and not self._scan_done:
                 blob = self._ms.get(bkey)
-        return pickle.loads(blob) if blob is not None else self._ABSENT
+        if blob is None:
+            return self._ABSENT
+        if blob[:1] == TAGGED[:1]:
+            group, blob = split_value(blob)
+            if group is not None:
+                self._groups.setdefault(key, group)
+        return pickle.loads(blob)
 
     def _scan_for(self, bkey: bytes) -> bytes | None:
         """Read on through the map until ``bkey``, its end, or the scan's budget."""
@@ -527,12 +541,14 @@ class MapStateKeyValue:
     def get(self, key: Any, default: Any = None) -> Any:
         value = self._cache.get(key, self._MISSING)  # _value, inline: once per tuple
         if value is self._MISSING:
-            value = self._cache[key] = self._stored(encode_key(key))
+            value = self._cache[key] = self._stored(key)
         return default if value is self._ABSENT else value
 
     def put(self, key: Any, value: Any) -> None:
         self._cache[key] = value
         self._dirty.add(key)
+        if self.tagging:
+            self._groups[key] = new_group(self._groups.get(key), self.key_group)
 
     def delete(self, key: Any) -> Any:
         old = self._value(key)
@@ -543,7 +559,7 @@ class MapStateKeyValue:
     def __iter__(self) -> Iterator[tuple[Any, Any]]:
         self.flush()
         for k, v in self._ms.items():
-            yield pickle.loads(k), pickle.loads(v)
+            yield pickle.loads(k), pickle.loads(split_value(v)[1])
 
     def flush(self) -> None:
         """Write the batch's changes; a scan in progress is dropped (the cache stays right)."""
@@ -553,7 +569,10 @@ class MapStateKeyValue:
             if value is self._ABSENT:
                 self._ms.remove(encode_key(key))
             else:
-                updates.append((encode_key(key), pickle.dumps(value, protocol=5)))
+                blob = pickle.dumps(value, protocol=5)
+                group = self._groups.get(key) if self.tagging else None
+                updates.append((encode_key(key), blob if group is None
+                                else tag_value(group, blob)))
         self._ms.update_all(updates)
         self._dirty.clear()
         self._scan, self._scanned, self._scan_len, self._scan_done = None, {}, 0, False
@@ -600,6 +619,15 @@ def stateful_processor(ctx: StageContext) -> Any:
             ctx = self._ctx
             n = ctx.topology.components[ctx.stage.head].parallelism
             return stateful_task(ctx, self._kv, task_of_key(key[0], n), rows)
+
+        def handleInitialState(self, key: Any, initialState: Any, timerValues: Any) -> None:
+            # a rescaling start's first batch: the task's share of the moved state
+            # (``kstorm/_spark/state_rescale.py``), stored values as they were
+            from kstorm._spark.tws_map import BinaryMap
+
+            BinaryMap(self._kv).update_all(
+                (bytes(k), bytes(v)) for k, v in zip(initialState["k"], initialState["v"],
+                                                     strict=True))
 
         def close(self) -> None:
             pass

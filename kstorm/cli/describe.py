@@ -59,7 +59,7 @@ def _key_groups(topology: StormTopology, cid: str) -> str:
     groups = ", ".join(f"task {t} holds h mod {n} = {t}" for t in range(min(n, 4)))
     more = ", ..." if n > 4 else ""
     return (f"state by key group h = stable_hash(grouping values): {groups}{more}; "
-            "rescalable with topology.state.provider = redis")
+            "rescalable (topology.state.provider spark or redis)")
 
 
 def _grouping(g: Any) -> str:

@@ -22,6 +22,11 @@ moved exactly is refused, with the reason, and never half done:
 - a bolt whose routing is not a fields grouping from bolts (global grouping: its one task's
   state is not keyed; a spout's raw rows are hashed by Spark, not by this rule).
 
+The spark provider keeps a task's state in a TWS map whose values are pickles; a value
+written while executing a tuple carries its key group in front (:func:`tag_value`), so the
+key group is committed with the value in the same state-store version.
+:func:`task_fields` gives a task's map in :func:`redistribute`'s form.
+
 Example:
     >>> old = [{b"a": b"1", TAG + b"a": b"7"}, {b"b": b"2", TAG + b"b": b"5"}]
     >>> [[k for k in t if not k.startswith(TAG)] for t in redistribute(old, 3)]
@@ -30,7 +35,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from kstorm.errors import StateError
 from kstorm.grouping import GroupingKind
@@ -40,6 +45,62 @@ from kstorm.topology import StormTopology
 TAG = b"\x00kstorm:kg\x00"
 #: The key group of a key written under two key groups: it cannot follow either.
 MIXED = b"mixed"
+#: The start of a spark-provider value that carries its key group (pickles start with 0x80).
+TAGGED = b"\x00kg:"
+#: The key group of a key written outside ``execute`` (a hook, a tick tuple): none.
+UNKNOWN = b"?"
+
+
+def tag_value(group: bytes, payload: bytes) -> bytes:
+    r"""A spark-provider value: ``payload`` (a pickle) written under key group ``group``.
+
+    Example:
+        >>> split_value(tag_value(b"7", b"\x80data"))
+        (b'7', b'\x80data')
+    """
+    return TAGGED + group + b"\x00" + payload
+
+
+def split_value(blob: bytes) -> tuple[bytes | None, bytes]:
+    r"""``(key group, payload)`` of a spark-provider value (None: written without one).
+
+    Example:
+        >>> split_value(b"\x80data")
+        (None, b'\x80data')
+    """
+    if not blob.startswith(TAGGED):
+        return None, blob
+    group, _, payload = blob[len(TAGGED):].partition(b"\x00")
+    return group, payload
+
+
+def task_fields(entries: Iterable[tuple[bytes, bytes]]) -> dict[bytes, bytes]:
+    r"""One spark-provider task's map entries as :func:`redistribute` takes them.
+
+    Each key keeps its stored value (key group included); its key group goes beside it.
+
+    Example:
+        >>> task_fields([(b"a", tag_value(b"7", b"\x80x"))])[TAG + b"a"]
+        b'7'
+    """
+    fields: dict[bytes, bytes] = {}
+    for key, blob in entries:
+        fields[key] = blob
+        group = split_value(blob)[0]
+        if group is not None:
+            fields[TAG + key] = group
+    return fields
+
+
+def new_group(stored: bytes | None, group: int | None) -> bytes:
+    """The key group a key written under ``group`` keeps, when it had ``stored`` before.
+
+    Example:
+        >>> new_group(None, 7), new_group(b"7", 7), new_group(b"7", 5), new_group(None, None)
+        (b'7', b'7', b'mixed', b'?')
+    """
+    now = UNKNOWN if group is None else str(group).encode()
+    return now if stored is None or stored == now else MIXED
 
 
 def why_not_keyed(topology: StormTopology, component: str) -> str | None:

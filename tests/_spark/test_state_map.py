@@ -249,3 +249,42 @@ def test_a_client_without_the_private_members_takes_the_public_route_and_says_so
            "_receive_proto_message_with_map_pairs" in caplog.text
     monkeypatch.setenv(speedups.ENV, "state-map")
     assert not BinaryMap(FakeMapState(FakeStateServer({}))).fast  # the switch
+
+
+def _tagging(store: dict[bytes, bytes]) -> MapStateKeyValue:
+    state = MapStateKeyValue(PublicMapState(store))
+    state._ms = BinaryMap(state._ms._ms, fast=False)
+    state.tagging = True
+    return state
+
+
+def test_a_keyed_bolt_s_values_carry_their_key_group_and_reads_hide_it() -> None:
+    """The spark provider's key groups (kstorm/state/rescale.py): in the value, one write."""
+    from kstorm.state.rescale import MIXED, split_value
+
+    store: dict[bytes, bytes] = {}
+    state = _tagging(store)
+    state.key_group = 7
+    state.put("a", state.get("a", 0) + 1)
+    state.key_group = None
+    state.put("hook", 1)  # written outside execute: no key group
+    state.flush()
+    assert split_value(store[pickle.dumps("a", protocol=5)]) == (b"7", pickle.dumps(1, 5))
+    assert split_value(store[pickle.dumps("hook", protocol=5)])[0] == b"?"
+    again = _tagging(store)
+    assert again.get("a") == 1 and dict(again) == {"a": 1, "hook": 1}
+    again.key_group = 7
+    again.put("a", again.get("a") + 1)  # the same key group: stays 7
+    again.flush()
+    assert split_value(store[pickle.dumps("a", protocol=5)])[0] == b"7"
+    third = _tagging(store)
+    third.key_group = 5  # another grouping value read and wrote "a": not one key group
+    third.put("a", third.get("a") + 1)
+    third.flush()
+    assert split_value(store[pickle.dumps("a", protocol=5)]) == (MIXED, pickle.dumps(3, 5))
+    plain = MapStateKeyValue(PublicMapState(store))  # a bolt that is not keyed: no tag
+    plain._ms = BinaryMap(plain._ms._ms, fast=False)
+    plain.put("b", 1)
+    plain.flush()
+    assert store[pickle.dumps("b", protocol=5)] == pickle.dumps(1, protocol=5)
+    assert plain.get("a") == 3

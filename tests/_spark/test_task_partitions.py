@@ -115,7 +115,7 @@ def test_a_changed_parallelism_with_state_in_the_checkpoint_is_refused(tmp_path:
         recorded_task_keys(layout, plan3, topology3, 2)
     assert "keep the bolt's parallelism at 2" in (err.value.hint or "")
     assert "new checkpoint directory" in (err.value.hint or "")
-    assert "redis provider (topology.state.provider = redis) rescales" in (err.value.hint or "")
+    assert "rescales (spark or redis provider)" in (err.value.hint or "")
     assert layout.task_keys()["count"]["keys"] == tws_task_keys(2, 2)  # the record is kept
 
 

@@ -292,3 +292,32 @@ def test_a_crash_during_the_move_leaves_the_old_layout_and_the_next_start_moves_
     assert not topo.client.exists(f"kstorm:state:{topo.name}:count:2$meta")
     topo.book(4).recover(0)
     assert topo.counts(4) == _truth(WORDS)
+
+
+# -- the spark provider's values (kstorm/_spark/stage.py MapStateKeyValue) -------------------
+
+def test_spark_provider_values_follow_their_key_group_with_the_group_kept() -> None:
+    from kstorm.state.rescale import new_group, split_value, tag_value, task_fields
+
+    words = [f"w{i}" for i in range(40)]
+    old: list[dict[bytes, bytes]] = [{}, {}]
+    for i, w in enumerate(words):
+        h = stable_hash_one(w)
+        old[h % 2][w.encode()] = tag_value(new_group(None, h), str(i).encode())
+    new = redistribute([task_fields(t.items()) for t in old], 3)
+    seen = {}
+    for task, fields in enumerate(new):
+        for k, v in fields.items():
+            if k.startswith(TAG):
+                continue
+            group, payload = split_value(v)
+            assert int(group) % 3 == task and fields[TAG + k] == group
+            seen[k.decode()] = int(payload)
+    assert seen == {w: i for i, w in enumerate(words)}
+    untagged = [{b"a": b"\x80x"}]
+    with pytest.raises(StateError, match="has no key group"):
+        redistribute([task_fields(t.items()) for t in untagged], 2)
+    with pytest.raises(StateError, match="several key groups"):
+        redistribute([task_fields([(b"a", tag_value(MIXED, b"\x80x"))])], 2)
+    with pytest.raises(StateError, match="has no key group"):
+        redistribute([task_fields([(b"a", tag_value(new_group(None, None), b"\x80x"))])], 2)
