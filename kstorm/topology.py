@@ -283,6 +283,9 @@ class TopologyBuilder:
         for cid, (comp, par, is_spout) in self._components.items():
             if not is_spout:
                 _check_inputs(cid, self._inputs[cid], streams, self._components)
+                window = getattr(comp, "check_window_inputs", None)  # a windowed bolt's
+                if window is not None:
+                    window(cid, list(self._inputs[cid]), declared=MappingProxyType(streams))
                 own = getattr(comp, "check_subscriptions", None)  # e.g. JoinBolt's inputs
                 if own is not None:  # with the tasks it runs and its inputs' declared fields
                     own(cid, list(self._inputs[cid]),
