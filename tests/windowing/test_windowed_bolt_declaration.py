@@ -14,7 +14,7 @@ import pytest
 from kstorm import BaseWindowedBolt, Fields, TopologyBuilder, Values
 from kstorm.errors import ConfigError
 from kstorm.testing import ListSpout, TopologyTestDriver
-from kstorm.windowing import Count, Duration
+from kstorm.windowing import Count, Duration, TimestampExtractor
 
 
 class Sizes(BaseWindowedBolt):
@@ -78,3 +78,28 @@ def test_a_well_declared_event_time_window_builds_and_runs():
         assert driver.output("sizes") == [[2]]
         assert [t[0].values for t in driver.output("sizes", "late")] == [[4, 4_000]]
 
+
+
+class NestedTimestamp(TimestampExtractor):
+    """Storm: ``class ... implements TimestampExtractor`` (a nested field's timestamp)."""
+
+    def extract_timestamp(self, tuple_: Any) -> int:
+        return tuple_.get_value_by_field("event")["ts"]
+
+
+def test_a_storm_style_timestamp_extractor_subclass_drives_event_time():
+    builder = TopologyBuilder()
+    builder.set_spout("spout", ListSpout([], Fields("id", "event")))
+    builder.set_bolt("sizes", Sizes().with_tumbling_window(Duration.seconds(5))
+                     .with_timestamp_extractor(NestedTimestamp())).shuffle_grouping("spout")
+    with TopologyTestDriver(builder.create_topology(), {}, start_time_ms=0) as driver:
+        driver.pipe("spout", [[1, {"ts": 1_000}], [2, {"ts": 4_000}], [3, {"ts": 6_000}]])
+        assert driver.output("sizes") == [[2]]  # (0, 5 s]; 6 s is the watermark
+
+
+def test_a_timestamp_extractor_must_implement_extract_timestamp():
+    class Incomplete(TimestampExtractor):
+        pass
+
+    with pytest.raises(TypeError, match="extract_timestamp"):
+        Incomplete()  # type: ignore[abstract]
