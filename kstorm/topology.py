@@ -295,7 +295,7 @@ class TopologyBuilder:
         specs = {
             cid: ComponentSpec(
                 id=cid,
-                component=copy.deepcopy(comp),
+                component=_declaration_copy(cid, comp, is_spout),
                 parallelism=min(par, self._max_parallelism.get(cid, par)),
                 is_spout=is_spout,
                 inputs=tuple(self._inputs[cid]),
@@ -306,6 +306,22 @@ class TopologyBuilder:
         }
         return StormTopology(MappingProxyType(specs), order, frozenset(self._committers),
                              self._transactional_id)
+
+
+def _declaration_copy(cid: str, comp: Component, is_spout: bool) -> Component:
+    """A copy of the declaration: what the runtime ships to the executors (pickled).
+
+    A component that cannot be copied holds a live resource (a lock, a socket, a client)
+    made in ``__init__``; it would fail to pickle on Spark too, so it is refused here, by id.
+    """
+    try:
+        return copy.deepcopy(comp)
+    except Exception as exc:
+        kind, start = ("spout", "open()") if is_spout else ("bolt", "prepare()")
+        msg = (f"{kind} {cid!r} ({type(comp).__name__}) cannot be copied to the executors: "
+               f"{type(exc).__name__}: {exc}")
+        raise TopologyError(msg, hint=f"a component is a picklable declaration: create locks, "
+                            f"connections and clients in {start}, not in __init__") from exc
 
 
 def _component_conf(cid: str, comp: Component, is_spout: bool,

@@ -176,3 +176,19 @@ def test_topology_is_a_copy_of_the_declarations():
     topo = b.create_topology()
     bolt.fields = ("changed",)
     assert topo.components["split"].component.fields == ("word",)
+
+
+def test_a_component_holding_a_live_resource_is_refused_by_id():
+    import threading
+
+    class Locked(Bolt):
+        def __init__(self):
+            super().__init__()
+            self.lock = threading.Lock()  # belongs in prepare(): it cannot be pickled
+
+    b = TopologyBuilder()
+    b.set_spout("lines", Spout())
+    b.set_bolt("split", Locked()).shuffle_grouping("lines")
+    with pytest.raises(TopologyError, match=r"bolt 'split' \(Locked\) cannot be copied") as err:
+        b.create_topology()
+    assert "lock" in str(err.value) and "prepare()" in err.value.hint
