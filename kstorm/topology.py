@@ -211,6 +211,32 @@ class BoltDeclarer(_Declarer):
         """Every task receives every tuple."""
         return self._add(GroupingKind.ALL, component, stream)
 
+    def partial_key_grouping(self, component: str, fields: Fields,
+                             stream: str = DEFAULT_STREAM) -> BoltDeclarer:
+        """Storm's partial key grouping: each key's tuples go to one task (of at most two).
+
+        Storm splits a key over two candidate tasks by load; kstorm routes it to one, which
+        its contract allows (a bolt merging partial results downstream still works) and
+        which a replay repeats. The same as :meth:`fields_grouping` on ``fields``.
+        """
+        return self.fields_grouping(component, fields, stream)
+
+    def direct_grouping(self, component: str, stream: str = DEFAULT_STREAM) -> BoltDeclarer:
+        """Refused: kstorm has no direct grouping (``emit_direct``) (see docs/limits.md)."""
+        msg = (f"bolt {self.id!r}: direct_grouping on {component!r} is not supported (kstorm "
+               "routes tuples by Spark partitioning, not by an emitter's choice of task)")
+        raise TopologyError(msg, hint="fields_grouping on a field holding a key (equal keys "
+                            "reach one task), or all_grouping with each task keeping the tuples "
+                            "addressed to context.get_this_task_index()")
+
+    def custom_grouping(self, component: str, grouping: Any,
+                        stream: str = DEFAULT_STREAM) -> BoltDeclarer:
+        """Refused: kstorm has no ``CustomStreamGrouping`` (see docs/limits.md)."""
+        msg = (f"bolt {self.id!r}: custom_grouping on {component!r} is not supported (kstorm "
+               "routes tuples by Spark partitioning, decided when the topology is built)")
+        raise TopologyError(msg, hint="put the routing key in a field and fields_grouping "
+                            "on it, or use shuffle, global or all grouping")
+
 
 class TopologyBuilder:
     """Declares spouts and bolts and wires them with groupings."""

@@ -192,3 +192,23 @@ def test_a_component_holding_a_live_resource_is_refused_by_id():
     with pytest.raises(TopologyError, match=r"bolt 'split' \(Locked\) cannot be copied") as err:
         b.create_topology()
     assert "lock" in str(err.value) and "prepare()" in err.value.hint
+
+
+def test_storm_partial_key_grouping_routes_each_key_to_one_task():
+    b = TopologyBuilder()
+    b.set_spout("lines", Spout())
+    b.set_bolt("count", Bolt(), 3).partial_key_grouping("lines", Fields("sentence"))
+    (grouping,) = b.create_topology().components["count"].inputs
+    assert grouping.kind.value == "fields" and grouping.fields == Fields("sentence")
+
+
+@pytest.mark.parametrize("call", [
+    lambda d: d.direct_grouping("lines"),
+    lambda d: d.custom_grouping("lines", object()),
+])
+def test_direct_and_custom_groupings_are_refused_with_what_to_use(call):
+    b = TopologyBuilder()
+    b.set_spout("lines", Spout())
+    with pytest.raises(TopologyError, match="bolt 'split'.*not supported") as err:
+        call(b.set_bolt("split", Bolt()))
+    assert "fields_grouping" in err.value.hint
