@@ -25,12 +25,28 @@ class OutputFieldsDeclarer:
         self.component_id = component_id
         self.streams: dict[str, Fields] = {}
 
-    def declare(self, fields: Fields) -> None:
-        """Declare the fields of the default stream."""
-        self.declare_stream(DEFAULT_STREAM, fields)
+    def declare(self, fields: Fields | bool, direct_fields: Fields | None = None) -> None:
+        """Declare the fields of the default stream.
 
-    def declare_stream(self, stream_id: str, fields: Fields, *, _internal: bool = False) -> None:
-        """Declare a named stream and its fields."""
+        Storm's ``declare(direct, fields)`` works as written with ``direct`` False (kstorm has
+        no direct streams).
+        """
+        self.declare_stream(DEFAULT_STREAM, fields, direct_fields)
+
+    def declare_stream(self, stream_id: str, fields: Fields | bool,
+                       direct_fields: Fields | None = None, *, _internal: bool = False) -> None:
+        """Declare a named stream and its fields (Storm's ``(stream, direct, fields)`` too)."""
+        if isinstance(fields, bool):  # Storm's form with the direct flag
+            if fields:
+                msg = (f"component {self.component_id!r}: stream {stream_id!r} is declared "
+                       "direct, but kstorm has no direct streams (emit_direct)")
+                raise TopologyError(msg, hint="declare it with direct False (or leave the "
+                                    "flag out) and route with a fields grouping")
+            fields = direct_fields  # type: ignore[assignment]
+        elif direct_fields is not None:
+            msg = (f"component {self.component_id!r}: stream {stream_id!r}: declare(fields) or "
+                   f"Storm's declare(direct, fields), got {fields!r}, {direct_fields!r}")
+            raise TopologyError(msg)
         if not isinstance(fields, Fields):
             msg = (
                 f"component {self.component_id!r}: stream {stream_id!r} must be declared with "

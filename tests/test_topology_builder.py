@@ -212,3 +212,15 @@ def test_direct_and_custom_groupings_are_refused_with_what_to_use(call):
     with pytest.raises(TopologyError, match="bolt 'split'.*not supported") as err:
         call(b.set_bolt("split", Bolt()))
     assert "fields_grouping" in err.value.hint
+
+
+def test_storm_declare_forms_with_the_direct_flag():
+    from kstorm import OutputFieldsDeclarer
+
+    d = OutputFieldsDeclarer("split")
+    d.declare(False, Fields("word"))  # Storm's declare(boolean direct, Fields fields)
+    d.declare_stream("errors", False, Fields("line"))
+    assert d.streams == {"default": Fields("word"), "errors": Fields("line")}
+    with pytest.raises(TopologyError, match="'split'.*'counts' is declared direct") as err:
+        d.declare_stream("counts", True, Fields("n"))
+    assert "fields grouping" in err.value.hint
