@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from kstorm._ids import is_reserved
 from kstorm.errors import TopologyError
 from kstorm.tuple import DEFAULT_STREAM, Fields
+
+_errors = logging.getLogger("kstorm.errors")
+
+
+def report_error(error: BaseException) -> None:
+    """Log an error a component reported (Storm's ``reportError``, shown in Storm's UI)."""
+    _errors.error("reported: %s: %s", type(error).__name__, error,
+                  exc_info=(type(error), error, error.__traceback__))
 
 
 class OutputFieldsDeclarer:
