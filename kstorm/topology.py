@@ -153,6 +153,25 @@ class _Declarer:
         return self
 
 
+    def set_num_tasks(self, n: int) -> _Declarer:
+        """The component's number of tasks (Storm's ``setNumTasks``).
+
+        A kstorm task is Storm's task (what a fields grouping routes to, what keeps a
+        stateful bolt's state); kstorm runs one per parallelism unit, so this sets the
+        parallelism given to ``set_spout``/``set_bolt`` to ``n`` (Storm's executors run
+        those tasks; Spark's cores run kstorm's).
+
+        Raises:
+            TopologyError: ``n`` is not an int >= 1.
+        """
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            msg = f"{self.id!r}: set_num_tasks needs an int >= 1, got {n!r}"
+            raise TopologyError(msg)
+        comp, _, is_spout = self._builder._components[self.id]
+        self._builder._components[self.id] = (comp, n, is_spout)
+        return self
+
+
 class SpoutDeclarer(_Declarer):
     """Returned by :meth:`TopologyBuilder.set_spout`."""
 

@@ -224,3 +224,12 @@ def test_storm_declare_forms_with_the_direct_flag():
     with pytest.raises(TopologyError, match="'split'.*'counts' is declared direct") as err:
         d.declare_stream("counts", True, Fields("n"))
     assert "fields grouping" in err.value.hint
+
+
+def test_storm_set_num_tasks_sets_the_task_count():
+    b = TopologyBuilder()
+    b.set_spout("lines", Spout())
+    b.set_bolt("count", Bolt(), 2).set_num_tasks(4).fields_grouping("lines", Fields("sentence"))
+    assert b.create_topology().components["count"].parallelism == 4
+    with pytest.raises(TopologyError, match="'count2': set_num_tasks needs an int >= 1"):
+        b.set_bolt("count2", Bolt()).set_num_tasks(0)
