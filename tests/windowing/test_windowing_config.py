@@ -183,3 +183,5 @@ def test_storm_nested_count_and_duration_names():
     assert bolt.window_config.sliding_interval == Count(10)
     assert BaseWindowedBolt.Duration.seconds(10) == Duration.seconds(10)
     assert BaseWindowedBolt.Count.of(3) == Count(3)
+    # Storm's public ``value`` field: tuples of a Count, milliseconds of a Duration
+    assert Count(30).value == 30 and Duration.seconds(10).value == 10_000
