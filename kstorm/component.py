@@ -140,6 +140,31 @@ class TopologyContext:
             first += components[cid].parallelism
         raise AssertionError  # pragma: no cover - component_id is in components
 
+    def get_task_to_component(self) -> dict[int, str]:
+        """Every task id of the topology and the component it runs (Storm's)."""
+        return {task: cid for cid in sorted(self._topology().components)
+                for task in self.get_component_tasks(cid)}
+
+    def get_component_id(self, task_id: int) -> str:
+        """The component task ``task_id`` runs (Storm's ``getComponentId``).
+
+        Raises:
+            TopologyError: no such task (names the task ids there are).
+        """
+        tasks = self.get_task_to_component()
+        if task_id not in tasks:
+            msg = f"no task {task_id!r} (the topology's tasks are 1..{len(tasks)})"
+            raise TopologyError(msg)
+        return tasks[task_id]
+
+    def get_component_ids(self) -> set[str]:
+        """The ids of every spout and bolt of the topology (Storm's ``getComponentIds``)."""
+        return set(self._topology().components)
+
+    def get_storm_id(self) -> str:
+        """The topology's name (Storm's ``getStormId``: the running topology's id)."""
+        return self.topology_name
+
     def get_this_output_fields(self, stream_id: str = DEFAULT_STREAM) -> Fields:
         """Declared fields of one of this component's output streams."""
         return self.output_streams[stream_id]
