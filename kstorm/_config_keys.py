@@ -30,7 +30,7 @@ _STORM_KEYS: dict[str, tuple[str, str]] = {
         "set topology.acker.executors (Config.TOPOLOGY_ACKER_EXECUTORS)"),
     "topology.tasks": (
         "a component's number of tasks is its parallelism in kstorm",
-        "pass it to set_spout/set_bolt (parallelism=n)"),
+        "pass it to set_spout/set_bolt (parallelism=n), or call set_num_tasks(n)"),
     "topology.max.task.parallelism": (
         "kstorm caps parallelism per component, not for the whole topology",
         "call set_max_task_parallelism(n) on the component's declarer"),

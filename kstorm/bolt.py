@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from kstorm.component import Component, TopologyContext
+from kstorm.component import Component, TopologyContext, report_error
 from kstorm.errors import EmitError, FailedException
 from kstorm.state import KeyValueState
 from kstorm.tuple import DEFAULT_STREAM, Tuple
@@ -131,6 +131,13 @@ class OutputCollector:
         """Fail ``tuple_``: its spout tuples are replayed (at-least-once mode)."""
         self._fail(tuple_)
 
+    def report_error(self, error: BaseException) -> None:
+        """Storm's ``reportError``: log ``error`` (ERROR, logger ``kstorm.errors``).
+
+        As in Storm it only reports: the tuple is neither acked nor failed by it.
+        """
+        report_error(error)
+
 
 class BasicOutputCollector:
     """Collector of a :class:`BaseBasicBolt`: emits are anchored to the input tuple."""
@@ -155,6 +162,11 @@ class BasicOutputCollector:
             self._out._emit(stream, list(values), () if anchor is None else (anchor,))
         else:
             self._out.emit(values, self.input, stream=stream)
+
+
+    def report_error(self, error: BaseException) -> None:
+        """Storm's ``reportError``: log ``error``; the input is still acked on return."""
+        report_error(error)
 
 
 class BaseRichBolt(Component):

@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from kstorm._ids import is_reserved
 from kstorm.errors import TopologyError
 from kstorm.tuple import DEFAULT_STREAM, Fields
+
+_errors = logging.getLogger("kstorm.errors")
+
+
+def report_error(error: BaseException) -> None:
+    """Log an error a component reported (Storm's ``reportError``, shown in Storm's UI)."""
+    _errors.error("reported: %s: %s", type(error).__name__, error,
+                  exc_info=(type(error), error, error.__traceback__))
 
 
 class OutputFieldsDeclarer:
@@ -25,12 +34,28 @@ class OutputFieldsDeclarer:
         self.component_id = component_id
         self.streams: dict[str, Fields] = {}
 
-    def declare(self, fields: Fields) -> None:
-        """Declare the fields of the default stream."""
-        self.declare_stream(DEFAULT_STREAM, fields)
+    def declare(self, fields: Fields | bool, direct_fields: Fields | None = None) -> None:
+        """Declare the fields of the default stream.
 
-    def declare_stream(self, stream_id: str, fields: Fields, *, _internal: bool = False) -> None:
-        """Declare a named stream and its fields."""
+        Storm's ``declare(direct, fields)`` works as written with ``direct`` False (kstorm has
+        no direct streams).
+        """
+        self.declare_stream(DEFAULT_STREAM, fields, direct_fields)
+
+    def declare_stream(self, stream_id: str, fields: Fields | bool,
+                       direct_fields: Fields | None = None, *, _internal: bool = False) -> None:
+        """Declare a named stream and its fields (Storm's ``(stream, direct, fields)`` too)."""
+        if isinstance(fields, bool):  # Storm's form with the direct flag
+            if fields:
+                msg = (f"component {self.component_id!r}: stream {stream_id!r} is declared "
+                       "direct, but kstorm has no direct streams (emit_direct)")
+                raise TopologyError(msg, hint="declare it with direct False (or leave the "
+                                    "flag out) and route with a fields grouping")
+            fields = direct_fields  # type: ignore[assignment]
+        elif direct_fields is not None:
+            msg = (f"component {self.component_id!r}: stream {stream_id!r}: declare(fields) or "
+                   f"Storm's declare(direct, fields), got {fields!r}, {direct_fields!r}")
+            raise TopologyError(msg)
         if not isinstance(fields, Fields):
             msg = (
                 f"component {self.component_id!r}: stream {stream_id!r} must be declared with "
@@ -114,6 +139,31 @@ class TopologyContext:
                 return list(range(first, first + components[cid].parallelism))
             first += components[cid].parallelism
         raise AssertionError  # pragma: no cover - component_id is in components
+
+    def get_task_to_component(self) -> dict[int, str]:
+        """Every task id of the topology and the component it runs (Storm's)."""
+        return {task: cid for cid in sorted(self._topology().components)
+                for task in self.get_component_tasks(cid)}
+
+    def get_component_id(self, task_id: int) -> str:
+        """The component task ``task_id`` runs (Storm's ``getComponentId``).
+
+        Raises:
+            TopologyError: no such task (names the task ids there are).
+        """
+        tasks = self.get_task_to_component()
+        if task_id not in tasks:
+            msg = f"no task {task_id!r} (the topology's tasks are 1..{len(tasks)})"
+            raise TopologyError(msg)
+        return tasks[task_id]
+
+    def get_component_ids(self) -> set[str]:
+        """The ids of every spout and bolt of the topology (Storm's ``getComponentIds``)."""
+        return set(self._topology().components)
+
+    def get_storm_id(self) -> str:
+        """The topology's name (Storm's ``getStormId``: the running topology's id)."""
+        return self.topology_name
 
     def get_this_output_fields(self, stream_id: str = DEFAULT_STREAM) -> Fields:
         """Declared fields of one of this component's output streams."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, ClassVar
 
-from kstorm.component import Component, TopologyContext
+from kstorm.component import Component, TopologyContext, report_error
 from kstorm.errors import EmitError
 from kstorm.tuple import DEFAULT_STREAM
 
@@ -38,6 +38,10 @@ class SpoutOutputCollector:
                    "nor kstorm's emit(values, message_id=None, *, stream='default')")
             raise EmitError(msg, hint="put the values list where the form has it")
         self._emit(stream, list(values), message_id)
+
+    def report_error(self, error: BaseException) -> None:
+        """Storm's ``reportError``: log ``error`` (ERROR, logger ``kstorm.errors``)."""
+        report_error(error)
 
 
 class BaseRichSpout(Component):

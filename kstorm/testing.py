@@ -70,6 +70,14 @@ class ListSpout(BaseRichSpout):
 
     def __init__(self, batches: Sequence[Sequence[Sequence[Any]]], fields: Fields, *,
                  partitions: int = 1, retry: RetryPolicy | None = None) -> None:
+        if isinstance(batches, Fields | str) or not isinstance(fields, Fields) and (
+                isinstance(fields, str) or not isinstance(fields, Sequence)
+                or not all(isinstance(name, str) for name in fields)):
+            msg = (f"ListSpout(batches, fields): batches must be a list of batches and fields "
+                   f"a Fields or a list of field names, got {batches!r}, {fields!r}")
+            raise TopologyError(msg, hint="write ListSpout([[row, ...], ...], Fields('a', 'b'))")
+        if not isinstance(fields, Fields):
+            fields = Fields(*fields)
         self.fields = fields
         self.batches = [[list(row) for row in batch] for batch in batches]
         self.partitions = partitions

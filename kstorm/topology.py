@@ -153,6 +153,25 @@ class _Declarer:
         return self
 
 
+    def set_num_tasks(self, n: int) -> _Declarer:
+        """The component's number of tasks (Storm's ``setNumTasks``).
+
+        A kstorm task is Storm's task (what a fields grouping routes to, what keeps a
+        stateful bolt's state); kstorm runs one per parallelism unit, so this sets the
+        parallelism given to ``set_spout``/``set_bolt`` to ``n`` (Storm's executors run
+        those tasks; Spark's cores run kstorm's).
+
+        Raises:
+            TopologyError: ``n`` is not an int >= 1.
+        """
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            msg = f"{self.id!r}: set_num_tasks needs an int >= 1, got {n!r}"
+            raise TopologyError(msg)
+        comp, _, is_spout = self._builder._components[self.id]
+        self._builder._components[self.id] = (comp, n, is_spout)
+        return self
+
+
 class SpoutDeclarer(_Declarer):
     """Returned by :meth:`TopologyBuilder.set_spout`."""
 
@@ -210,6 +229,32 @@ class BoltDeclarer(_Declarer):
     def all_grouping(self, component: str, stream: str = DEFAULT_STREAM) -> BoltDeclarer:
         """Every task receives every tuple."""
         return self._add(GroupingKind.ALL, component, stream)
+
+    def partial_key_grouping(self, component: str, fields: Fields,
+                             stream: str = DEFAULT_STREAM) -> BoltDeclarer:
+        """Storm's partial key grouping: each key's tuples go to one task (of at most two).
+
+        Storm splits a key over two candidate tasks by load; kstorm routes it to one, which
+        its contract allows (a bolt merging partial results downstream still works) and
+        which a replay repeats. The same as :meth:`fields_grouping` on ``fields``.
+        """
+        return self.fields_grouping(component, fields, stream)
+
+    def direct_grouping(self, component: str, stream: str = DEFAULT_STREAM) -> BoltDeclarer:
+        """Refused: kstorm has no direct grouping (``emit_direct``) (see docs/limits.md)."""
+        msg = (f"bolt {self.id!r}: direct_grouping on {component!r} is not supported (kstorm "
+               "routes tuples by Spark partitioning, not by an emitter's choice of task)")
+        raise TopologyError(msg, hint="fields_grouping on a field holding a key (equal keys "
+                            "reach one task), or all_grouping with each task keeping the tuples "
+                            "addressed to context.get_this_task_index()")
+
+    def custom_grouping(self, component: str, grouping: Any,
+                        stream: str = DEFAULT_STREAM) -> BoltDeclarer:
+        """Refused: kstorm has no ``CustomStreamGrouping`` (see docs/limits.md)."""
+        msg = (f"bolt {self.id!r}: custom_grouping on {component!r} is not supported (kstorm "
+               "routes tuples by Spark partitioning, decided when the topology is built)")
+        raise TopologyError(msg, hint="put the routing key in a field and fields_grouping "
+                            "on it, or use shuffle, global or all grouping")
 
 
 class TopologyBuilder:
@@ -283,6 +328,9 @@ class TopologyBuilder:
         for cid, (comp, par, is_spout) in self._components.items():
             if not is_spout:
                 _check_inputs(cid, self._inputs[cid], streams, self._components)
+                window = getattr(comp, "check_window_inputs", None)  # a windowed bolt's
+                if window is not None:
+                    window(cid, list(self._inputs[cid]), declared=MappingProxyType(streams))
                 own = getattr(comp, "check_subscriptions", None)  # e.g. JoinBolt's inputs
                 if own is not None:  # with the tasks it runs and its inputs' declared fields
                     own(cid, list(self._inputs[cid]),
@@ -292,7 +340,7 @@ class TopologyBuilder:
         specs = {
             cid: ComponentSpec(
                 id=cid,
-                component=copy.deepcopy(comp),
+                component=_declaration_copy(cid, comp, is_spout),
                 parallelism=min(par, self._max_parallelism.get(cid, par)),
                 is_spout=is_spout,
                 inputs=tuple(self._inputs[cid]),
@@ -303,6 +351,22 @@ class TopologyBuilder:
         }
         return StormTopology(MappingProxyType(specs), order, frozenset(self._committers),
                              self._transactional_id)
+
+
+def _declaration_copy(cid: str, comp: Component, is_spout: bool) -> Component:
+    """A copy of the declaration: what the runtime ships to the executors (pickled).
+
+    A component that cannot be copied holds a live resource (a lock, a socket, a client)
+    made in ``__init__``; it would fail to pickle on Spark too, so it is refused here, by id.
+    """
+    try:
+        return copy.deepcopy(comp)
+    except Exception as exc:
+        kind, start = ("spout", "open()") if is_spout else ("bolt", "prepare()")
+        msg = (f"{kind} {cid!r} ({type(comp).__name__}) cannot be copied to the executors: "
+               f"{type(exc).__name__}: {exc}")
+        raise TopologyError(msg, hint=f"a component is a picklable declaration: create locks, "
+                            f"connections and clients in {start}, not in __init__") from exc
 
 
 def _component_conf(cid: str, comp: Component, is_spout: bool,

@@ -79,6 +79,33 @@ class Fields(Sequence[str]):
         """The names as a list."""
         return list(self._names)
 
+    # Storm's ``Fields`` methods, by their snake_case names.
+
+    def size(self) -> int:
+        """How many fields (Storm ``size``)."""
+        return len(self._names)
+
+    def get(self, i: int) -> str:
+        """Name of the field at position ``i`` (Storm ``get``)."""
+        return self._names[i]
+
+    def field_index(self, name: str) -> int:
+        """Position of ``name``; raises :class:`FieldError` if absent (Storm ``fieldIndex``)."""
+        return self.index(name)
+
+    def contains(self, name: str) -> bool:
+        """Whether ``name`` is one of the fields (Storm ``contains``)."""
+        return name in self._index
+
+    def select(self, selector: Iterable[str], values: Sequence[Any]) -> list[Any]:
+        """The ``values`` (in this order of fields) of the fields in ``selector``.
+
+        Example:
+            >>> Fields("word", "count").select(Fields("count"), ["cat", 2])
+            [2]
+        """
+        return [values[self.index(name)] for name in selector]
+
 
 class Values(list):
     """The values of one emitted tuple, in declared field order (Storm ``Values``).
@@ -163,6 +190,14 @@ class Tuple:
         """Whether the tuple has field ``name``."""
         return name in self.fields
 
+    def size(self) -> int:
+        """How many values the tuple has (Storm ``size``)."""
+        return len(self.values)
+
+    def field_index(self, name: str) -> int:
+        """Position of field ``name`` (Storm ``fieldIndex``); :class:`FieldError` if absent."""
+        return self.fields.index(name)
+
     def get_values(self) -> list[Any]:
         """The tuple's values, in field order (Storm ``getValues``)."""
         return self.values
@@ -230,6 +265,18 @@ class Tuple:
     def get_binary_by_field(self, name: str) -> bytes | None:
         """Field ``name`` as ``bytes``; None for a null value."""
         return self.get_binary(self.fields.index(name))
+
+    def get_short_by_field(self, name: str) -> int | None:
+        """Alias of :meth:`get_integer_by_field`."""
+        return self.get_short(self.fields.index(name))
+
+    def get_byte_by_field(self, name: str) -> int | None:
+        """Alias of :meth:`get_integer_by_field`."""
+        return self.get_byte(self.fields.index(name))
+
+    def get_float_by_field(self, name: str) -> float | None:
+        """Alias of :meth:`get_double_by_field`."""
+        return self.get_float(self.fields.index(name))
 
     def select(self, fields: Fields) -> list[Any]:
         """Values of ``fields``, in that order."""

@@ -125,7 +125,10 @@ class Introspect(BaseRichBolt):
         SEEN.update(conf=dict(conf), sources=context.get_this_sources(),
                     id=context.get_this_component_id(), task=context.get_this_task_id(),
                     fields=context.get_component_output_fields("words"),
-                    targets=context.get_this_targets())
+                    targets=context.get_this_targets(),
+                    task_to_component=context.get_task_to_component(),
+                    component_of_2=context.get_component_id(2),
+                    components=context.get_component_ids(), storm_id=context.get_storm_id())
 
     def execute(self, tuple_: Any) -> None:
         pass
@@ -153,5 +156,10 @@ def test_topology_context_describes_the_graph_and_conf_has_storms_defaults() -> 
     assert SEEN["task"] == 1  # tasks numbered from 1 by component id: inspect, then words
     assert SEEN["fields"] == Fields("word")
     assert SEEN["targets"] == {"default": {}}
+    # getTaskToComponent(), getComponentId(taskId), getComponentIds(), getStormId()
+    assert SEEN["task_to_component"] == {1: "inspect", 2: "words", 3: "words"}
+    assert SEEN["component_of_2"] == "words"
+    assert SEEN["components"] == {"inspect", "words"}
+    assert isinstance(SEEN["storm_id"], str) and SEEN["storm_id"]
     with pytest.raises(TopologyError, match="without its topology"):
         TopologyContext("t", "c").get_this_sources()

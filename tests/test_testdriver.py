@@ -528,3 +528,14 @@ def test_at_most_once_a_list_spouts_ack_runs_right_after_emit(guarantee: str) ->
         driver.run()
         expected = ["0:0", "0:1", "1:0"] if guarantee == "at-most-once" else []
         assert acked_on_emit == expected  # whatever the bolt did with them
+
+
+def test_list_spout_takes_field_names_and_refuses_swapped_arguments() -> None:
+    assert ListSpout([[("a", 1)]], ["word", "n"]).fields == Fields("word", "n")
+    with pytest.raises(TopologyError, match=r"ListSpout\(batches, fields\)") as err:
+        ListSpout(Fields("word"), [])  # type: ignore[arg-type]  # arguments swapped
+    assert "Fields('a', 'b')" in err.value.hint
+    with pytest.raises(TopologyError, match="a list of field names"):
+        ListSpout([[("a",)]], [["a"]])  # type: ignore[list-item]
+    with pytest.raises(TopologyError, match="row 0 has 2 values"):
+        ListSpout([[("a", 1)]], ["word"])

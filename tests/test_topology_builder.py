@@ -176,3 +176,60 @@ def test_topology_is_a_copy_of_the_declarations():
     topo = b.create_topology()
     bolt.fields = ("changed",)
     assert topo.components["split"].component.fields == ("word",)
+
+
+def test_a_component_holding_a_live_resource_is_refused_by_id():
+    import threading
+
+    class Locked(Bolt):
+        def __init__(self):
+            super().__init__()
+            self.lock = threading.Lock()  # belongs in prepare(): it cannot be pickled
+
+    b = TopologyBuilder()
+    b.set_spout("lines", Spout())
+    b.set_bolt("split", Locked()).shuffle_grouping("lines")
+    with pytest.raises(TopologyError, match=r"bolt 'split' \(Locked\) cannot be copied") as err:
+        b.create_topology()
+    assert "lock" in str(err.value) and "prepare()" in err.value.hint
+
+
+def test_storm_partial_key_grouping_routes_each_key_to_one_task():
+    b = TopologyBuilder()
+    b.set_spout("lines", Spout())
+    b.set_bolt("count", Bolt(), 3).partial_key_grouping("lines", Fields("sentence"))
+    (grouping,) = b.create_topology().components["count"].inputs
+    assert grouping.kind.value == "fields" and grouping.fields == Fields("sentence")
+
+
+@pytest.mark.parametrize("call", [
+    lambda d: d.direct_grouping("lines"),
+    lambda d: d.custom_grouping("lines", object()),
+])
+def test_direct_and_custom_groupings_are_refused_with_what_to_use(call):
+    b = TopologyBuilder()
+    b.set_spout("lines", Spout())
+    with pytest.raises(TopologyError, match="bolt 'split'.*not supported") as err:
+        call(b.set_bolt("split", Bolt()))
+    assert "fields_grouping" in err.value.hint
+
+
+def test_storm_declare_forms_with_the_direct_flag():
+    from kstorm import OutputFieldsDeclarer
+
+    d = OutputFieldsDeclarer("split")
+    d.declare(False, Fields("word"))  # Storm's declare(boolean direct, Fields fields)
+    d.declare_stream("errors", False, Fields("line"))
+    assert d.streams == {"default": Fields("word"), "errors": Fields("line")}
+    with pytest.raises(TopologyError, match="'split'.*'counts' is declared direct") as err:
+        d.declare_stream("counts", True, Fields("n"))
+    assert "fields grouping" in err.value.hint
+
+
+def test_storm_set_num_tasks_sets_the_task_count():
+    b = TopologyBuilder()
+    b.set_spout("lines", Spout())
+    b.set_bolt("count", Bolt(), 2).set_num_tasks(4).fields_grouping("lines", Fields("sentence"))
+    assert b.create_topology().components["count"].parallelism == 4
+    with pytest.raises(TopologyError, match="'count2': set_num_tasks needs an int >= 1"):
+        b.set_bolt("count2", Bolt()).set_num_tasks(0)

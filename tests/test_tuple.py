@@ -60,3 +60,20 @@ def test_fields():
 
 def test_values_is_a_list():
     assert Values("a", 1) == ["a", 1]
+
+
+def test_storm_tuple_and_fields_methods():
+    # Storm's ITuple / Fields methods a ported bolt calls, by their snake_case names.
+    t = Tuple(["cat", 2, 1.5], Fields("word", "count", "ratio"), "split")
+    assert t.size() == 3
+    assert t.field_index("ratio") == 2
+    assert t.get_short_by_field("count") == t.get_byte_by_field("count") == 2
+    assert t.get_float_by_field("ratio") == 1.5
+    with pytest.raises(FieldError, match="'wrd'"):
+        t.field_index("wrd")
+    f = Fields("word", "count")
+    assert f.size() == 2 and f.get(1) == "count" and f.field_index("count") == 1
+    assert f.contains("word") and not f.contains("nope")
+    assert f.select(Fields("count", "word"), ["cat", 2]) == [2, "cat"]
+    with pytest.raises(FieldError):
+        f.field_index("nope")

@@ -105,7 +105,7 @@ class StateBook:
             if missing:
                 msg = (f"state provider {provider_name!r}: the state of {t.component!r} "
                        f"({type(t.state).__name__}) lacks {missing}")
-                raise ConfigError(msg, hint="implement kstorm.KeyValueState and seed 000's "
+                raise ConfigError(msg, hint="implement kstorm.KeyValueState and kstorm.State's "
                                   "prepare_commit/commit/rollback (subclass "
                                   "kstorm.state.BaseState for the rest)")
             if not tracks_txids(t.state):

@@ -236,11 +236,23 @@ class InMemoryKeyValueState:
     Not durable: everything is gone with the process, and Spark's Python workers are other
     processes than the driver, so the ``memory`` provider is refused on Spark. It is for
     tests of bolts and of the protocol itself in one process.
+
+    Instances of one ``namespace`` share their committed state (as one task's state does
+    across its instances); ``InMemoryKeyValueState()``, as Storm's no-argument constructor,
+    is a state of its own.
+
+    Example:
+        >>> state = InMemoryKeyValueState()
+        >>> state.put("cat", 1); state.prepare_commit(1); state.commit(1)
+        >>> state.put("cat", 2); state.rollback()
+        >>> state.get("cat")
+        1
     """
 
-    def __init__(self, namespace: str) -> None:
-        self.namespace = namespace
-        self._ns = _MEMORY.setdefault(namespace, _Namespace())
+    def __init__(self, namespace: str | None = None) -> None:
+        self.namespace = f"<unshared {id(self):#x}>" if namespace is None else namespace
+        self._ns = _Namespace() if namespace is None else _MEMORY.setdefault(namespace,
+                                                                             _Namespace())
         self._pending: dict[bytes, Any] = {}
         self._keys: dict[bytes, Any] = {}
 

@@ -61,7 +61,7 @@ class TransactionalTopologyBuilder(TopologyBuilder):
             msg = (f"bolt {component_id!r} is a {type(bolt).__name__}: a transactional "
                    "topology takes batch bolts (BaseBatchBolt, BaseTransactionalBolt), "
                    "basic bolts (BaseBasicBolt) and sinks; no acking or anchoring in user "
-                   "code (seed 002)")
+                   "code (Storm's Transactional topologies)")
             raise TopologyError(msg)
         return super().set_bolt(component_id, bolt, parallelism)
 

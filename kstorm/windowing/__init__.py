@@ -17,7 +17,12 @@ Example:
 
 from kstorm.windowing.bolt import BaseStatefulWindowedBolt, BaseWindowedBolt
 from kstorm.windowing.builder import WindowedBoltConfigMixin
-from kstorm.windowing.config import LATE_TUPLE_FIELD, FieldTimestampExtractor, WindowConfig
+from kstorm.windowing.config import (
+    LATE_TUPLE_FIELD,
+    FieldTimestampExtractor,
+    TimestampExtractor,
+    WindowConfig,
+)
 from kstorm.windowing.durations import Count, Duration, TimeUnit
 from kstorm.windowing.join import JoinBolt, TableJoinBolt
 from kstorm.windowing.manager import WindowManager
@@ -35,6 +40,7 @@ __all__ = [
     "StaleWindowError",
     "TableJoinBolt",
     "TimeUnit",
+    "TimestampExtractor",
     "TupleWindow",
     "UnsupportedOperationError",
     "WatermarkTracker",

@@ -30,7 +30,7 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from kstorm.bolt import (
     _NO,
@@ -45,6 +45,7 @@ from kstorm.state import KeyValueState
 from kstorm.tuple import DEFAULT_STREAM, Fields
 from kstorm.windowing.builder import WindowedBoltConfigMixin
 from kstorm.windowing.config import LATE_TUPLE_FIELD
+from kstorm.windowing.durations import Count, Duration
 from kstorm.windowing.window import TupleWindow
 
 
@@ -94,6 +95,9 @@ class BaseWindowedBolt(WindowedBoltConfigMixin, Component):
     """
 
     is_windowed_bolt = True
+    # Storm's nested value classes: BaseWindowedBolt.Count(30), BaseWindowedBolt.Duration...
+    Count: ClassVar[type[Count]] = Count
+    Duration: ClassVar[type[Duration]] = Duration
 
     def prepare(self, conf: dict[str, Any], context: TopologyContext,
                 collector: OutputCollector) -> None:

@@ -16,7 +16,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Self
 
 from kstorm.errors import ConfigError
@@ -196,6 +196,34 @@ class WindowedBoltConfigMixin:
             )
             raise ConfigError(msg)
         return WindowConfig(**settings)
+
+    def check_window_inputs(self, component_id: str, inputs: Sequence[Any], *,
+                            declared: Mapping[str, Mapping[str, Any]]) -> None:
+        """Refuse, when the topology is built, a window its inputs could never feed.
+
+        Storm's ``WindowedBoltExecutor`` throws ``IllegalArgumentException`` at its start for
+        a bolt without a window or with a late tuple stream but no timestamp field, and at
+        each tuple for a timestamp field the tuple lacks: here each is a
+        :class:`~kstorm.errors.ConfigError` naming the bolt, before anything runs.
+        ``inputs`` are the bolt's groupings, ``declared`` each component's streams' fields.
+        """
+        try:
+            config = self.window_config
+        except ConfigError as exc:
+            msg = f"windowed bolt {component_id!r}: {exc}"
+            raise ConfigError(msg, hint=exc.hint) from exc
+        for what, name in (("timestamp field", config.timestamp_field),
+                           ("message id field", config.message_id_field)):
+            if name is None:
+                continue
+            for g in inputs:
+                fields = declared[g.component][g.stream]
+                if name not in fields:
+                    msg = (f"windowed bolt {component_id!r}: {what} {name!r} is not a field "
+                           f"of its input {g.component}:{g.stream}, which declares "
+                           f"{list(fields)}: every tuple of it would fail")
+                    raise ConfigError(msg, hint=f"declare {name!r} on {g.component}:"
+                                      f"{g.stream}, or name one of its fields")
 
     def _check_no_timestamp(self) -> None:
         settings = self._window_settings()

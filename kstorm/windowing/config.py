@@ -8,11 +8,15 @@ Example:
     >>> cfg = WindowConfig(Duration.seconds(20), Duration.seconds(10),
     ...                    timestamp_field="ts", lag=Duration.seconds(5))
     >>> cfg.is_event_time, cfg.tumbling, cfg.watermark_interval
-    (True, False, Duration.millis(1000))
+    (True, False, None)
+
+``watermark_interval`` None: the watermark advances once per micro-batch (the trigger
+interval, 1 s by default, as Storm's default watermark interval).
 """
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,7 +26,7 @@ from kstorm.errors import ConfigError, FieldError
 from kstorm.windowing.durations import Count, Duration
 
 __all__ = ["LATE_TUPLE_FIELD", "FieldMessageIdExtractor", "FieldTimestampExtractor",
-           "WindowConfig", "field_value"]
+           "TimestampExtractor", "WindowConfig", "field_value"]
 
 
 def field_value(item: Any, name: str) -> Any:
@@ -45,6 +49,25 @@ def field_value(item: Any, name: str) -> Any:
         return getattr(item, name)
     msg = f"tuple {item!r} has no field {name!r}"
     raise FieldError(msg)
+
+
+class TimestampExtractor(ABC):
+    """Storm's ``TimestampExtractor``: a tuple's event time, for ``with_timestamp_extractor``.
+
+    Subclass it as a Storm extractor implements the interface (any object with
+    ``extract_timestamp`` or a plain callable works too). It must be picklable.
+
+    Example:
+        >>> class Nested(TimestampExtractor):
+        ...     def extract_timestamp(self, tuple_):
+        ...         return tuple_["event"]["ts"]
+        >>> Nested().extract_timestamp({"event": {"ts": 5}})
+        5
+    """
+
+    @abstractmethod
+    def extract_timestamp(self, tuple_: Any) -> int:
+        """The timestamp of ``tuple_`` in milliseconds."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -84,6 +84,11 @@ class Count:
         """``n`` tuples (Storm's ``Count.of(n)``)."""
         return cls(n)
 
+    @property
+    def value(self) -> int:
+        """The number of tuples (Storm's ``Count.value``)."""
+        return self.n
+
     def __repr__(self) -> str:
         return f"Count({self.n})"
 
@@ -132,6 +137,11 @@ class Duration:
             raise ConfigError(msg)
 
     millis = _Millis()
+
+    @property
+    def value(self) -> int:
+        """The span in milliseconds (Storm's ``Duration.value``)."""
+        return self.ms
 
     @classmethod
     def of(cls, value: int, unit: TimeUnit = TimeUnit.MILLISECONDS) -> Duration:

@@ -121,3 +121,38 @@ def test_an_emit_in_no_form_stops_the_topology_not_a_dead_letter_per_tuple() -> 
         with pytest.raises(KstormError, match="matches neither emit form"):
             driver.pipe("sentences", [["a b"], ["c"]])
         assert driver.dead_letters == []
+
+
+class Careful(BaseRichBolt):
+    """Storm code that reports an error it handled: ``_collector.reportError(e)``."""
+
+    def prepare(self, conf: Any, context: Any, collector: Any) -> None:
+        self.collector = collector
+
+    def declare_output_fields(self, declarer: Any) -> None:
+        declarer.declare(Fields("word"))
+
+    def execute(self, tuple_: Any) -> None:
+        try:
+            raise ConnectionError("database away")
+        except ConnectionError as exc:
+            self.collector.report_error(exc)
+        self.collector.emit(tuple_, [tuple_.get_string(0)])
+        self.collector.ack(tuple_)
+
+
+def test_report_error_logs_and_leaves_the_tuple_to_the_bolt(caplog: Any) -> None:
+    import logging
+
+    from kstorm.testing import ListSpout
+
+    builder = TopologyBuilder()
+    builder.set_spout("words", ListSpout([], Fields("word")))
+    builder.set_bolt("careful", Careful()).shuffle_grouping("words")
+    with caplog.at_level(logging.ERROR, logger="kstorm.errors"), \
+            TopologyTestDriver(builder.create_topology(), {}) as driver:
+        driver.pipe("words", [["cat"]])
+        assert driver.output("careful") == [["cat"]] and driver.dead_letters == []
+    assert "ConnectionError: database away" in caplog.text
+    SpoutOutputCollector(print).report_error(ValueError("spouts report too"))
+    assert "ValueError: spouts report too" in caplog.text

@@ -388,3 +388,17 @@ def test_state_init_empty_names_components_with_provider_state_or_is_refused() -
         _check_init_empty("t", TopologyConfig.from_conf({
             "kstorm.state.init.empty": ["count"]}), ["count"])
     _check_init_empty("t", TopologyConfig.from_conf({}), [])  # not set: nothing to check
+
+
+def test_storms_no_argument_in_memory_state_has_the_protocol_and_its_own_keys() -> None:
+    from kstorm import InMemoryKeyValueState
+
+    one, other = InMemoryKeyValueState(), InMemoryKeyValueState()
+    one.put("cat", 1)
+    one.prepare_commit(1)
+    one.commit(1)
+    one.put("cat", 2)
+    assert one.delete("cat") == 2 and one.get("cat") is None
+    one.rollback()  # back to the committed state
+    assert one.get("cat") == 1 and list(one) == [("cat", 1)]
+    assert other.get("cat") is None and list(other) == []  # not shared

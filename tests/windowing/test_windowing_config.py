@@ -172,3 +172,16 @@ def test_missing_window_or_late_stream_without_timestamps_is_reported_by_window_
         _ = Bolt().window_config
     with pytest.raises(ConfigError, match="timestamp field"):
         _ = Bolt().with_window(Count(3)).with_late_tuple_stream("late").window_config
+
+
+def test_storm_nested_count_and_duration_names():
+    # Storm's signatures: withWindow(BaseWindowedBolt.Count windowLength, ...)
+    from kstorm import BaseWindowedBolt
+
+    bolt = BaseWindowedBolt().with_window(BaseWindowedBolt.Count(30), BaseWindowedBolt.Count(10))
+    assert bolt.window_config.window_length == Count(30)
+    assert bolt.window_config.sliding_interval == Count(10)
+    assert BaseWindowedBolt.Duration.seconds(10) == Duration.seconds(10)
+    assert BaseWindowedBolt.Count.of(3) == Count(3)
+    # Storm's public ``value`` field: tuples of a Count, milliseconds of a Duration
+    assert Count(30).value == 30 and Duration.seconds(10).value == 10_000
