@@ -7,6 +7,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from typing import Any, Protocol, runtime_checkable
 
+from kstorm.errors import StateError
+
 
 def canonical_key(key: Any, _seen: dict[Any, Any] | None = None) -> Any:
     """``key`` rebuilt so that equal keys pickle to equal bytes.
@@ -280,8 +282,21 @@ class InMemoryKeyValueState:
                      if v is not _ABSENT])
 
     def prepare_commit(self, txid: int) -> None:
-        """Save the changes made since the last prepare aside under ``txid``."""
-        self._ns.prepared, self._ns.prepared_txid = dict(self._pending), txid
+        """Save the changes made since the last prepare aside under ``txid``.
+
+        Preparing ``txid`` again adds the changes since; a newer txid while one is prepared
+        and not committed is refused, as Storm's ``InMemoryKeyValueState`` refuses it (its
+        changes would be lost).
+        """
+        ns = self._ns
+        if ns.prepared_txid is not None and txid > ns.prepared_txid:
+            msg = (f"state {self.namespace!r}: cannot prepare txid {txid} while txid "
+                   f"{ns.prepared_txid} is prepared and not committed")
+            raise StateError(msg, hint="commit or roll back the prepared txid first")
+        if ns.prepared_txid == txid and ns.prepared is not None:
+            ns.prepared = {**ns.prepared, **self._pending}
+        else:
+            ns.prepared, ns.prepared_txid = dict(self._pending), txid
         self._pending.clear()
 
     def commit(self, txid: int) -> None:

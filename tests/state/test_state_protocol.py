@@ -20,7 +20,7 @@ from kstorm.component import TopologyContext
 from kstorm.config import TopologyConfig
 from kstorm.embedded import EmbeddedRedis
 from kstorm.errors import ConfigError, StateError
-from kstorm.state import InMemoryKeyValueStateProvider, state_namespace
+from kstorm.state import InMemoryKeyValueState, InMemoryKeyValueStateProvider, state_namespace
 from kstorm.state.redis import RedisKeyValueState, RedisKeyValueStateProvider, RedisStateConfig
 from kstorm.testing import ListSpout
 
@@ -402,3 +402,16 @@ def test_storms_no_argument_in_memory_state_has_the_protocol_and_its_own_keys() 
     one.rollback()  # back to the committed state
     assert one.get("cat") == 1 and list(one) == [("cat", 1)]
     assert other.get("cat") is None and list(other) == []  # not shared
+
+
+def test_a_new_txid_cannot_be_prepared_while_one_is_pending() -> None:
+    # Storm's InMemoryKeyValueState: "Cannot prepare a new txn while there is a pending txn"
+    state = InMemoryKeyValueState()
+    state.put("a", 1)
+    state.prepare_commit(1)
+    state.put("b", 2)
+    with pytest.raises(StateError, match="cannot prepare txid 2 while txid 1 is prepared"):
+        state.prepare_commit(2)
+    state.prepare_commit(1)  # the same txid again: the changes since join it
+    state.commit(1)
+    assert dict(state) == {"a": 1, "b": 2}
