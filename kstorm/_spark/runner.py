@@ -816,7 +816,8 @@ def _check_transactional(topology: StormTopology, settings: TopologyConfig) -> N
     """A transactional topology is exactly once: the batch is the unit, not the tuple."""
     if topology.transactional_id is not None and settings.guarantee is not Guarantee.EXACTLY_ONCE:
         msg = (f"transactional topology {topology.transactional_id!r} runs exactly once "
-               f"(seed 002: batches, not tuples, are tracked), got topology.guarantee = "
+               f"(Storm's Transactional topologies guide: batches, not tuples, are tracked), "
+               f"got topology.guarantee = "
                f"{settings.guarantee.value!r}")
         raise ConfigError(msg, hint="remove topology.guarantee from the configuration")
     pending = settings.max_spout_pending
@@ -834,7 +835,7 @@ def _check_transactional(topology: StormTopology, settings: TopologyConfig) -> N
     if opaque and skipping:
         msg = (f"sink(s) {skipping} run in transactional mode behind the opaque spout "
                f"{opaque[0]!r}: a replayed txid may carry a different batch, which a "
-               "transactional sink would skip (seed 002)")
+               "transactional sink would skip (Storm's Transactional topologies guide)")
         raise ConfigError(msg, hint="use mode='opaque' for these sinks")
 
 
