@@ -144,7 +144,11 @@ def test_a_checkpoint_from_before_task_keys_keeps_its_state(spark, tmp_path):
 
 def test_a_changed_parallelism_of_a_bolt_with_state_in_the_checkpoint_is_refused(spark,
                                                                                   tmp_path):
-    """State is per task: with 3 tasks instead of 2, most words would meet an empty state."""
+    """The state can move to 3 tasks only into a checkpoint resumed from a sink's offsets.
+
+    Without a sink that records offsets (here: CaptureSink) the start is refused, naming
+    the bolt and both task counts, and changes nothing: 2 tasks go on from the state.
+    """
     cp = str(tmp_path / "cp")
     run_to_completion(word_count(BATCHES[:2], count_tasks=2), {"kstorm.checkpoint.dir": cp})
     with pytest.raises(StateError, match="'count' now runs 3 task.* for 2 task") as err:

@@ -123,7 +123,7 @@ def rescale(name: str, checkpoint: Path, topology: StormTopology, plan: Any,
     else:
         source, batch, base = Path(record["source"]), int(record["batch"]), int(record["base"])
         keys = record["keys"]
-    txid = _sinks_txid(name, records)
+    txid = _sinks_txid(name, records, _changes(topology, heads, keys))
     if record is not None and txid > int(record["txid"]) + 1:
         _drop_record(checkpoint)  # the sinks went on without this checkpoint: not a move
         return None
@@ -184,12 +184,25 @@ def _changed(topology: StormTopology, heads: list[str], keys: Mapping[str, Any])
                for h in heads)
 
 
-def _sinks_txid(name: str, records: Mapping[str, Any]) -> int:
+def _changes(topology: StormTopology, heads: list[str], keys: Mapping[str, Any]
+             ) -> dict[str, tuple[int, int]]:
+    """Each stateful bolt whose parallelism changed -> (tasks its state is for, tasks now)."""
+    return {h: (len(keys[h]["keys"]), topology.components[h].parallelism) for h in heads
+            if h in keys and len(keys[h]["keys"]) != topology.components[h].parallelism}
+
+
+def _sinks_txid(name: str, records: Mapping[str, Any],
+                changes: Mapping[str, tuple[int, int]]) -> int:
     if not records:
-        msg = (f"topology {name!r}: a stateful bolt's state (spark provider) moves to a new "
+        changed = "; ".join(f"{bolt!r} now runs {new} task(s), but the checkpoint holds its "
+                            f"state for {old} task(s)" for bolt, (old, new) in changes.items())
+        msg = (f"topology {name!r}: {changed}. Its state (spark provider) would move to a new "
                "checkpoint that resumes from its sinks' offsets, but no sink records offsets")
-        raise StateError(msg, hint="keep the bolt's parallelism, or write its output with a "
-                         "sink that records offsets (RedisSink, KafkaSink)")
+        keep = (f"keep the bolt's parallelism at {next(iter(changes.values()))[0]}"
+                if len(changes) == 1 else "keep each bolt's parallelism as the checkpoint has it")
+        raise StateError(msg, hint=f"{keep}, or write its output with a sink that records "
+                         "offsets (RedisSink, KafkaSink) so that its state can move "
+                         "(docs/state.md, Rescaling)")
     known = {sid: rec.txid for sid, rec in records.items() if rec is not None}
     if not known or len(set(known.values())) != 1 or len(known) != len(records):
         msg = (f"topology {name!r}: a stateful bolt's state (spark provider) moves to a new "
